@@ -6,23 +6,63 @@
 // A Source answers three questions: what is this object now (Stat), what
 // objects lie under a prefix (List), and give me these bytes of this exact
 // generation (NewRangeReader). GCS implements it over
-// cloud.google.com/go/storage; Dir implements it over a local directory laid
-// out as <root>/<bucket>/<name>.
+// cloud.google.com/go/storage (HTTP/1.1 connections tuned for many parallel
+// range reads; Application Default Credentials, an explicit endpoint, or
+// STORAGE_EMULATOR_HOST). Dir implements it over a local directory laid out
+// as <root>/<bucket>/<name>, with a file's modification time as its
+// generation.
+//
+// Object names are opaque strings. Cloud Storage accepts names such as
+// "../../x" or "a/./b", and so does the GCS source; it rejects with
+// ErrInvalidName only what Cloud Storage itself refuses (empty, over 1024
+// bytes, invalid UTF-8, "." or "..", carriage return or line feed, the
+// reserved .well-known/acme-challenge/ prefix, malformed bucket names).
+// Only Dir maps names to paths, through an os.Root, and it refuses names
+// that are not canonical local paths. Nothing else in the agent may turn an
+// object name into a path.
 //
 // # Downloads
 //
 // A Downloader fetches one object as slices of Config.SliceSize read in
-// parallel, under one process-wide connection budget shared by every
-// download, granted by priority (Demand > Plan > Warm). Every range's length
-// is checked; a failed or stalled range is retried with exponential backoff
-// and jitter, resuming from the last byte written; the assembled object is
-// verified against the source's CRC32C before Fetch returns nil. Every read
-// is pinned to the generation the caller stat'ed, so an object overwritten
-// mid-download fails with ErrGenerationChanged instead of mixing versions.
+// parallel, under one connection budget shared by every download on it
+// (create one per process). A freed connection goes to the waiting download
+// with the highest current Urgency (Demand > Plan > Warm); among equals, to
+// the download that started first, so objects complete in the order they
+// were asked for. Raising an Urgency takes effect at the next grant.
+//
+// Every range's length is checked (a body that ends early is ErrShortRead,
+// one that runs long is an error). A failed range is retried with
+// exponential backoff and full jitter on 429, 408, 5xx, transport errors,
+// short reads and stalls (no bytes for Config.StallTimeout), resuming from
+// the last byte written; other failures (4xx, invalid names, write errors
+// from the destination) end the download at once. The CRC32C of each slice
+// is computed as its bytes stream in and the slice CRCs are combined
+// arithmetically into the object's, which must match the source's; a
+// mismatch re-fetches the object once, then fails with ErrChecksum. Every
+// read is pinned to the generation the caller stat'ed, so an object
+// replaced mid-download fails with ErrGenerationChanged instead of mixing
+// versions.
+//
+// # Concurrency
+//
+// GCS, Dir and Downloader are safe for concurrent use. Fetch blocks until
+// the download ends and waits for every goroutine it started (one per slice
+// in flight, plus a stall watchdog per range read) before it returns; it
+// returns promptly with the context's error when its context ends.
 //
 // # Errors
 //
 // Conditions callers test are sentinels: ErrNotFound, ErrGenerationChanged,
-// ErrChecksum, ErrShortRead. Everything else is wrapped with the object and
-// the operation.
+// ErrChecksum, ErrShortRead, ErrInvalidName. A pinned generation that
+// vanished during a read is both ErrGenerationChanged and ErrNotFound: Stat
+// again and restart. HTTP errors from GCS stay reachable as
+// *googleapi.Error with errors.As; errors from the destination keep their
+// cause (errors.Is(err, syscall.ENOSPC)). Everything is wrapped with the
+// object and the operation.
+//
+// # Metrics
+//
+// Downloader.Stats returns counters (objects, bytes, range reads, retries
+// by RetryCause, CRC failures, stalls) and connection gauges, without
+// depending on a metrics library.
 package fetch

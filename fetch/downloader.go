@@ -1,0 +1,223 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultSliceSize      = 32 << 20
+	DefaultConnections    = 64
+	DefaultMaxAttempts    = 8
+	DefaultBackoffInitial = 100 * time.Millisecond
+	DefaultBackoffMax     = 10 * time.Second
+	DefaultStallTimeout   = 20 * time.Second
+)
+
+// Config tunes a Downloader. The zero value of each field selects its
+// default; negative values are invalid.
+type Config struct {
+	// SliceSize is the length in bytes of the ranges an object is split
+	// into and fetched in parallel; objects of at most SliceSize bytes are
+	// one range. Default 32 MiB.
+	SliceSize int64
+	// Connections is the process-wide budget of concurrent range reads,
+	// shared by every Fetch on the Downloader. Default 64. Change it live
+	// with SetConnections.
+	Connections int
+	// MaxAttempts is how many consecutive attempts a range may make without
+	// receiving a byte before Fetch gives up; an attempt that makes progress
+	// resets the count. 1 disables retries. Default 8.
+	MaxAttempts int
+	// BackoffInitial and BackoffMax bound the wait before a retry: before
+	// retry n it is uniform in [0, min(BackoffMax, BackoffInitial·2^(n-1)))
+	// ("full jitter"). Defaults 100ms and 10s.
+	BackoffInitial, BackoffMax time.Duration
+	// StallTimeout aborts and retries a range that receives no bytes for
+	// this long, time to first byte included. Default 20s.
+	StallTimeout time.Duration
+}
+
+// withDefaults validates c and fills in its zero fields.
+func (c Config) withDefaults() (Config, error) {
+	if c.SliceSize < 0 || c.Connections < 0 || c.MaxAttempts < 0 ||
+		c.BackoffInitial < 0 || c.BackoffMax < 0 || c.StallTimeout < 0 {
+		return c, fmt.Errorf("fetch: invalid config %+v: negative value", c)
+	}
+	if c.SliceSize == 0 {
+		c.SliceSize = DefaultSliceSize
+	}
+	if c.Connections == 0 {
+		c.Connections = DefaultConnections
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.BackoffInitial == 0 {
+		c.BackoffInitial = DefaultBackoffInitial
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = max(DefaultBackoffMax, c.BackoffInitial)
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.BackoffMax < c.BackoffInitial {
+		return c, fmt.Errorf("fetch: invalid config: BackoffMax %v < BackoffInitial %v", c.BackoffMax, c.BackoffInitial)
+	}
+	return c, nil
+}
+
+// Downloader fetches objects from a Source into io.WriterAt destinations as
+// parallel ranges under one connection budget. Create it with NewDownloader;
+// it is safe for concurrent use, and meant to be shared by the whole process
+// so that the budget is global.
+type Downloader struct {
+	// Immutable after NewDownloader.
+	src Source
+	cfg Config
+	sem *connSem
+
+	tickets atomic.Uint64 // Fetch start order, for FIFO within a priority
+	stats   counters
+	bufs    sync.Pool // *[]byte of copyBufSize
+}
+
+// copyBufSize is the read buffer per range attempt.
+const copyBufSize = 256 << 10
+
+// NewDownloader returns a Downloader reading from src.
+func NewDownloader(src Source, cfg Config) (*Downloader, error) {
+	if src == nil {
+		return nil, errors.New("fetch: nil Source")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sem, err := newConnSem(cfg.Connections)
+	if err != nil {
+		return nil, err
+	}
+	d := &Downloader{src: src, cfg: cfg, sem: sem}
+	d.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
+	return d, nil
+}
+
+// SetConnections changes the connection budget to n (at least 1). More
+// slots are granted at once; fewer take effect as range reads finish.
+func (d *Downloader) SetConnections(n int) error {
+	if err := d.sem.setLimit(n); err != nil {
+		return fmt.Errorf("fetch: set connections to %d: %w", n, err)
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the Downloader's counters.
+func (d *Downloader) Stats() Stats {
+	s := d.stats.snapshot()
+	s.Conns, s.Waiting = d.sem.counts()
+	return s
+}
+
+// Fetch writes the object a describes (exactly generation a.Generation,
+// a.Size bytes) into dst at offsets [0, a.Size), and verifies it against
+// a.CRC32C when a.HasCRC32C. dst must accept parallel WriteAt calls on
+// disjoint ranges (an *os.File does). Fetch does not deduplicate: callers
+// wanting one download per object share it themselves and Raise its
+// Urgency as waiters join.
+//
+// u is the download's priority for connection slots; it may be raised while
+// Fetch runs. A nil u means Warm. Among downloads of equal priority, the
+// one that called Fetch first is served first.
+//
+// Failed range reads are retried per Config; a CRC32C mismatch re-fetches
+// the whole object once. Errors: ErrGenerationChanged if the object changed
+// mid-download (also ErrNotFound if that generation is gone): Stat again
+// and restart; ErrChecksum; the last error of a range that ran out of
+// attempts, or the first error not worth retrying (a *googleapi.Error for
+// HTTP statuses); errors from dst, wrapped and never retried; ctx's error
+// if ctx ends. After an error dst holds partial data.
+func (d *Downloader) Fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency) error {
+	err := d.fetch(ctx, a, dst, u)
+	if err != nil {
+		d.stats.failures.Add(1)
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch %s: %w", a.Object, ctx.Err())
+		}
+		return fmt.Errorf("fetch %s: %w", a.Object, err)
+	}
+	d.stats.objects.Add(1)
+	return nil
+}
+
+// fetch is Fetch without the accounting and the object in errors.
+func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency) error {
+	if a.Size < 0 {
+		return fmt.Errorf("invalid size %d", a.Size)
+	}
+	if dst == nil {
+		return errors.New("nil destination")
+	}
+	if u == nil {
+		u = NewUrgency(Warm)
+	}
+	order := d.tickets.Add(1)
+	for try := 1; ; try++ {
+		crc, err := d.fetchOnce(ctx, a, dst, u, order)
+		if err != nil {
+			return err
+		}
+		if !a.HasCRC32C || crc == a.CRC32C {
+			return nil
+		}
+		d.stats.crcFailures.Add(1)
+		if try == 2 {
+			return fmt.Errorf("%w: got %08x, want %08x", ErrChecksum, crc, a.CRC32C)
+		}
+		// Only the assembled object shows a flipped byte; fetch it again.
+		d.stats.retries[CauseChecksum].Add(1)
+	}
+}
+
+// fetchOnce downloads every slice of a into dst and returns the CRC32C of
+// the bytes written.
+func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency, order uint64) (uint32, error) {
+	if a.Size == 0 {
+		return 0, nil
+	}
+	n := (a.Size + d.cfg.SliceSize - 1) / d.cfg.SliceSize
+	slices := make([]slice, n)
+	// The first failing slice cancels sctx with its error as the cause,
+	// before it frees its connection slot, so no further slice starts and
+	// that error, not a sibling's cancellation, is what Fetch returns.
+	sctx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	var wg sync.WaitGroup
+	for i := range slices {
+		s := &slices[i]
+		s.off = int64(i) * d.cfg.SliceSize
+		s.n = min(d.cfg.SliceSize, a.Size-s.off)
+		// One slot per slice, taken here so that a download queues at most
+		// one waiter at a time and starts no goroutine it cannot feed.
+		if d.sem.acquire(sctx, u, order) != nil {
+			break
+		}
+		wg.Go(func() { d.fetchSlice(sctx, abort, a.Object, s, dst, u, order) })
+	}
+	wg.Wait()
+	if err := context.Cause(sctx); err != nil {
+		return 0, err
+	}
+	var crc uint32
+	for _, s := range slices {
+		crc = crc32cCombine(crc, s.crc, s.n)
+	}
+	return crc, nil
+}

@@ -1,0 +1,283 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cacheagent/cacheagent/internal/emulator"
+)
+
+func TestNewDownloaderConfig(t *testing.T) {
+	d, _ := newTestDir(t)
+	bad := []Config{
+		{SliceSize: -1},
+		{Connections: -1},
+		{MaxAttempts: -1},
+		{BackoffInitial: -time.Second},
+		{StallTimeout: -time.Second},
+		{BackoffInitial: time.Second, BackoffMax: time.Millisecond},
+	}
+	for _, cfg := range bad {
+		if _, err := NewDownloader(d, cfg); err == nil {
+			t.Errorf("NewDownloader(%+v) = nil error; want an error", cfg)
+		}
+	}
+	if _, err := NewDownloader(nil, Config{}); err == nil {
+		t.Error("NewDownloader(nil source) = nil error; want an error")
+	}
+	dl := newDownloader(t, d, Config{})
+	want := Config{DefaultSliceSize, DefaultConnections, DefaultMaxAttempts,
+		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout}
+	if dl.cfg != want {
+		t.Errorf("defaults = %+v; want %+v", dl.cfg, want)
+	}
+	if err := dl.SetConnections(0); err == nil {
+		t.Error("SetConnections(0) = nil error; want an error")
+	}
+}
+
+func TestFetchDirSizes(t *testing.T) {
+	src, root := newTestDir(t)
+	const S = 64 << 10
+	sizes := []int{0, 1, S - 1, S, S + 1, 3*S + 7, 1<<20 + 3}
+	for i, size := range sizes {
+		data := emulator.Pattern(uint64(i), size)
+		name := "obj" + string(rune('a'+i))
+		writeFile(t, root, "b/"+name, data, t0)
+		a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, verify := range []bool{false, true} {
+			if verify {
+				a = withCRC(a, data)
+			}
+			d := newDownloader(t, src, fastConfig())
+			got, err := fetchFile(t, d, a, NewUrgency(Demand))
+			if err != nil {
+				t.Fatalf("Fetch(size %d, crc %v): %v", size, verify, err)
+			}
+			checkBytes(t, "Fetch", got, data)
+			st := d.Stats()
+			if want := int64((size + S - 1) / S); st.Ranges != want || st.Bytes != int64(size) || st.Objects != 1 || st.Conns != 0 {
+				t.Errorf("size %d: Stats = %+v; want %d ranges, %d bytes, 1 object, 0 conns", size, st, want, size)
+			}
+		}
+	}
+	checkNoFetchGoroutines(t)
+}
+
+func TestFetchChecksumMismatch(t *testing.T) {
+	src, root := newTestDir(t)
+	data := emulator.Pattern(9, 200<<10)
+	writeFile(t, root, "b/f", data, t0)
+	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = withCRC(a, data)
+	a.CRC32C ^= 1
+	d := newDownloader(t, src, fastConfig())
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
+	}
+	st := d.Stats()
+	if st.CRCFailures != 2 || st.Retries[CauseChecksum] != 1 || st.Ranges != 2*4 || st.Failures != 1 {
+		t.Errorf("Stats = %+v; want 2 CRC failures, 1 checksum retry, 8 ranges, 1 failure", st)
+	}
+
+	empty := Attrs{Object: Object{Bucket: "b", Name: "e"}, CRC32C: 1, HasCRC32C: true}
+	if err := d.Fetch(context.Background(), empty, tempDst(t), nil); !errors.Is(err, ErrChecksum) {
+		t.Errorf("Fetch(empty object, CRC 1) error = %v; want ErrChecksum", err)
+	}
+	empty.CRC32C = 0
+	if err := d.Fetch(context.Background(), empty, tempDst(t), nil); err != nil {
+		t.Errorf("Fetch(empty object, CRC 0) = %v; want nil", err)
+	}
+	bad := a
+	bad.Size = -1
+	if err := d.Fetch(context.Background(), bad, tempDst(t), nil); err == nil {
+		t.Error("Fetch(size -1) = nil error; want an error")
+	}
+	if err := d.Fetch(context.Background(), a, nil, nil); err == nil {
+		t.Error("Fetch(nil dst) = nil error; want an error")
+	}
+}
+
+func TestFetchDirGenerationChanged(t *testing.T) {
+	src, root := newTestDir(t)
+	writeFile(t, root, "b/f", emulator.Pattern(1, 1000), t0)
+	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, root, "b/f", emulator.Pattern(2, 1000), t0.Add(time.Second))
+	d := newDownloader(t, src, fastConfig())
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, ErrGenerationChanged) {
+		t.Errorf("Fetch(overwritten) error = %v; want ErrGenerationChanged", err)
+	}
+	if err := os.Remove(root + "/b/f"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fetchFile(t, d, a, nil)
+	if !errors.Is(err, ErrGenerationChanged) || !errors.Is(err, ErrNotFound) {
+		t.Errorf("Fetch(deleted) error = %v; want ErrGenerationChanged and ErrNotFound", err)
+	}
+	if st := d.Stats(); st.Ranges != 2 {
+		t.Errorf("Stats().Ranges = %d; want 2 (no retries)", st.Ranges)
+	}
+}
+
+// TestFetchENOSPC writes to /dev/full: the write error ends Fetch at once.
+func TestFetchENOSPC(t *testing.T) {
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skipf("no /dev/full: %v", err)
+	}
+	defer full.Close()
+	src, root := newTestDir(t)
+	writeFile(t, root, "b/f", emulator.Pattern(1, 1000), t0)
+	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDownloader(t, src, fastConfig())
+	if err := d.Fetch(context.Background(), a, full, nil); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Fetch to /dev/full error = %v; want ENOSPC", err)
+	}
+	if st := d.Stats(); st.Ranges != 1 || st.Conns != 0 {
+		t.Errorf("Stats = %+v; want 1 range (no retry), 0 conns", st)
+	}
+}
+
+func TestFetchCancelled(t *testing.T) {
+	dir, root := newTestDir(t)
+	writeFile(t, root, "b/f", emulator.Pattern(1, 300<<10), t0)
+	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newGatedSource(dir)
+	d := newDownloader(t, src, fastConfig())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := d.Fetch(ctx, a, tempDst(t), nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Fetch(cancelled ctx) error = %v; want context.Canceled", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	dst := tempDst(t)
+	done := async(t, func() error { return d.Fetch(ctx, a, dst, nil) })
+	<-src.opened // a slice is in its range read
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Fetch cancelled mid-read error = %v; want context.Canceled", err)
+	}
+	checkNoFetchGoroutines(t)
+	if st := d.Stats(); st.Conns != 0 || st.Waiting != 0 {
+		t.Errorf("after cancel: %d conns, %d waiting; want 0, 0", st.Conns, st.Waiting)
+	}
+}
+
+// priorityRun starts a Fetch that holds the only connection, then queues
+// the given fetches one by one, then opens the gate and returns the order
+// in which their range reads started.
+func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, raise func()) []string {
+	t.Helper()
+	dir, root := newTestDir(t)
+	names := append([]string{"holder"}, queued...)
+	attrs := map[string]Attrs{}
+	for i, n := range names {
+		writeFile(t, root, "b/"+n, emulator.Pattern(uint64(i), 1000), t0)
+		a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs[n] = a
+	}
+	src := newGatedSource(dir)
+	cfg := fastConfig()
+	cfg.Connections = 1
+	d := newDownloader(t, src, cfg)
+	enqueued := make(chan struct{}, len(names))
+	d.sem.onEnqueue = func() { enqueued <- struct{}{} }
+
+	var wg sync.WaitGroup
+	fetch := func(n string, u *Urgency) {
+		dst := tempDst(t)
+		wg.Go(func() {
+			if err := d.Fetch(context.Background(), attrs[n], dst, u); err != nil {
+				t.Errorf("Fetch(%s): %v", n, err)
+			}
+		})
+	}
+	fetch("holder", NewUrgency(Warm))
+	<-src.opened
+	for _, n := range queued {
+		fetch(n, urgencies[n])
+		<-enqueued
+	}
+	if raise != nil {
+		raise()
+	}
+	var order []string
+	for range queued {
+		src.gate <- struct{}{} // let the current holder finish
+		order = append(order, (<-src.opened).Name)
+	}
+	src.gate <- struct{}{}
+	wg.Wait()
+	return order
+}
+
+func TestFetchPriority(t *testing.T) {
+	u := map[string]*Urgency{
+		"warm-1": NewUrgency(Warm), "warm-2": NewUrgency(Warm),
+		"plan": NewUrgency(Plan), "demand": NewUrgency(Demand),
+	}
+	got := priorityRun(t, []string{"warm-1", "warm-2", "plan", "demand"}, u, nil)
+	if want := []string{"demand", "plan", "warm-1", "warm-2"}; !equalStrings(got, want) {
+		t.Errorf("grant order = %q; want %q", got, want)
+	}
+}
+
+func TestFetchRaiseUrgency(t *testing.T) {
+	u := map[string]*Urgency{"first": NewUrgency(Warm), "second": NewUrgency(Warm), "third": NewUrgency(Warm)}
+	got := priorityRun(t, []string{"first", "second", "third"}, u, func() { u["third"].Raise(Demand) })
+	if want := []string{"third", "first", "second"}; !equalStrings(got, want) {
+		t.Errorf("grant order = %q; want %q", got, want)
+	}
+}
+
+func TestSetConnectionsGrows(t *testing.T) {
+	dir, root := newTestDir(t)
+	writeFile(t, root, "b/f", emulator.Pattern(1, 3*64<<10), t0)
+	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := newGatedSource(dir)
+	cfg := fastConfig()
+	cfg.Connections = 1
+	d := newDownloader(t, src, cfg)
+	dst := tempDst(t)
+	done := async(t, func() error { return d.Fetch(context.Background(), a, dst, nil) })
+	<-src.opened
+	if err := d.SetConnections(3); err != nil {
+		t.Fatal(err)
+	}
+	<-src.opened // the other two slices start without the first finishing
+	<-src.opened
+	for range 3 {
+		src.gate <- struct{}{}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+}
