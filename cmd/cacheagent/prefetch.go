@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+func newPrefetchCmd(opts *options) *cobra.Command {
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "prefetch gs://BUCKET/PREFIX",
+		Short: "Download every object under a prefix into the cache",
+		Long: `prefetch lists gs://BUCKET/PREFIX and downloads every object that is not cached yet.
+On a terminal it shows a progress bar (objects, bytes, rate, ETA). Standalone it
+always waits for the downloads to finish.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			u, err := parseGS(args[0])
+			if err != nil {
+				return err
+			}
+			a, err := openAgent(cmd.Context(), opts)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			return runPrefetch(cmd.Context(), a, u, cmd.ErrOrStderr())
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", true, "wait for the prefetch to finish (always, when standalone)")
+	return cmd
+}
+
+// listAll collects the attributes of every object under u.
+func listAll(ctx context.Context, src fetch.Source, u gsURI) ([]fetch.Attrs, error) {
+	var objs []fetch.Attrs
+	for a, err := range src.List(ctx, u.Bucket, u.Path) {
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", u, err)
+		}
+		objs = append(objs, a)
+	}
+	return objs, nil
+}
+
+func runPrefetch(ctx context.Context, a *agent, u gsURI, w io.Writer) error {
+	objs, err := listAll(ctx, a.src, u)
+	if err != nil {
+		return err
+	}
+	var total int64
+	for _, o := range objs {
+		total += o.Size
+	}
+	rep := newProgressReporter(w, int64(len(objs)), total)
+	start := time.Now()
+	err = a.cache.Prefetch(ctx, objs, fetch.Warm, rep.update)
+	rep.finish()
+	p := rep.last
+	el := time.Since(start)
+	fmt.Fprintf(w, "prefetched %s: %d objects, %s (%d already cached), %s fetched in %s (%s/s)\n",
+		u, len(objs), humanize.IBytes(uint64(total)), p.Cached,
+		humanize.IBytes(uint64(p.BytesFetched)), el.Round(time.Millisecond),
+		humanize.IBytes(uint64(float64(p.BytesFetched)/max(el.Seconds(), 1e-9))))
+	return err
+}
+
+// progressReporter draws a progress bar on a terminal and prints a line every
+// ten seconds otherwise.
+type progressReporter struct {
+	w         io.Writer
+	bar       *progressbar.ProgressBar // nil when w is not a terminal
+	objects   int64
+	last      tier.Progress
+	lastPrint time.Time
+}
+
+func newProgressReporter(w io.Writer, objects, bytes int64) *progressReporter {
+	r := &progressReporter{w: w, objects: objects, lastPrint: time.Now()}
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		r.bar = progressbar.NewOptions64(bytes,
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionShowBytes(true),
+			progressbar.OptionUseIECUnits(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionSetDescription(fmt.Sprintf("objects 0/%d", objects)),
+		)
+	}
+	return r
+}
+
+func (r *progressReporter) update(p tier.Progress) {
+	r.last = p
+	if r.bar != nil {
+		r.bar.Describe(fmt.Sprintf("objects %d/%d", p.ObjectsDone, r.objects))
+		_ = r.bar.Set64(p.BytesDone)
+		return
+	}
+	if time.Since(r.lastPrint) >= 10*time.Second {
+		r.lastPrint = time.Now()
+		fmt.Fprintf(r.w, "prefetch: %d/%d objects, %s/%s\n", p.ObjectsDone, r.objects,
+			humanize.IBytes(uint64(p.BytesDone)), humanize.IBytes(uint64(p.Bytes)))
+	}
+}
+
+func (r *progressReporter) finish() {
+	if r.bar != nil {
+		_ = r.bar.Finish()
+		fmt.Fprintln(r.w)
+	}
+}

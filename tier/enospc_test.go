@@ -1,0 +1,162 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// mountTmpfs mounts a tmpfs of the given size (like "8m") on a new
+// directory and unmounts it after the test (after later cleanups, such as
+// closing a cache inside it). Without the privilege to mount it skips the
+// test, unless $CI is "true".
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("mount tmpfs: %v", err)
+		}
+		t.Skipf("mount tmpfs: %v (needs root)", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+func TestFilesystemFull(t *testing.T) {
+	mnt := mountTmpfs(t, "8m")
+	env := newDirEnv(t)
+	dir := filepath.Join(mnt, "cache")
+	c := openCache(t, env.config(dir, 64<<20)) // budget far above the filesystem
+	ctx := context.Background()
+	const size = 1 << 20
+	for i := range 12 {
+		name := fmt.Sprintf("o%02d", i)
+		env.put(t, "bkt", name, pattern(i, size))
+		openRead(t, c, obj("bkt", name), pattern(i, size))
+	}
+	st := c.Stats()
+	if st.Evictions == 0 || st.Entries+int(st.Evictions) != 12 {
+		t.Errorf("Stats() = %+v; want evictions to have made room for all 12 objects", st)
+	}
+	checkIndexMatchesFiles(t, c)
+
+	// With every cached object open nothing can be evicted.
+	var hs []*Handle
+	for _, e := range c.Entries("bkt", "") {
+		h, err := c.Open(ctx, e.Attrs.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	env.put(t, "bkt", "more", pattern(99, size))
+	_, err := c.Open(ctx, obj("bkt", "more"))
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Open with a full filesystem = %v; want ErrNoSpace and ENOSPC", err)
+	}
+	for _, h := range hs {
+		h.Close()
+	}
+	// An object larger than the filesystem fails cleanly, evicting nothing.
+	env.put(t, "bkt", "huge", pattern(100, 10<<20))
+	before := c.Entries("bkt", "")
+	_, err = c.Open(ctx, obj("bkt", "huge"))
+	if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("Open(huge) = %v; want ErrNoSpace and ENOSPC", err)
+	}
+	if after := c.Entries("bkt", ""); !reflect.DeepEqual(after, before) {
+		t.Errorf("a hopeless fill evicted entries")
+	}
+	if st := c.Stats(); st.ReservedBytes != 0 {
+		t.Errorf("ReservedBytes = %d after failed fills; want 0", st.ReservedBytes)
+	}
+	checkIndexMatchesFiles(t, c)
+	checkInvariants(t, c)
+
+	// The index on the full filesystem is consistent after a restart.
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	c2 := openCache(t, env.config(dir, 64<<20))
+	if after := c2.Entries("bkt", ""); len(after) != len(before) {
+		t.Errorf("entries after restart = %d; want %d", len(after), len(before))
+	}
+	checkIndexMatchesFiles(t, c2)
+}
+
+// checkIndexMatchesFiles checks that the data files are exactly the cached
+// entries' and that no temp file is left.
+func checkIndexMatchesFiles(t *testing.T, c *Cache) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, e := range c.Entries("bkt", "") {
+		a := e.Attrs
+		want[rel(t, c.lay.root, c.lay.path(idOf(a.Bucket, a.Name, a.Generation)))] = true
+	}
+	got := map[string]bool{}
+	for _, f := range dataFiles(t, c.lay.root) {
+		got[f] = true
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("data files %v; want the entries' %v", got, want)
+	}
+}
+
+func TestDownloadENOSPCRetriedOnce(t *testing.T) {
+	tests := []struct {
+		name     string
+		failures int64 // downloads that fail with ENOSPC
+		wantErr  bool
+	}{
+		{"transient", 1, false},
+		{"persistent", 2, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := newDirEnv(t)
+			c := openCache(t, env.config(t.TempDir(), 1<<20))
+			env.put(t, "bkt", "old", pattern(1, 5000))
+			openRead(t, c, obj("bkt", "old"), pattern(1, 5000))
+			env.put(t, "bkt", "obj", pattern(2, 5000))
+			var n int64
+			env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+				if a.Name == "obj" && n < tt.failures {
+					n++
+					return fmt.Errorf("write: %w", syscall.ENOSPC)
+				}
+				return nil
+			}
+			h, err := c.Open(context.Background(), obj("bkt", "obj"))
+			if tt.wantErr {
+				if !errors.Is(err, ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+					t.Fatalf("Open = %v; want ErrNoSpace and ENOSPC", err)
+				}
+			} else {
+				if err != nil {
+					t.Fatalf("Open = %v; want success after one retry", err)
+				}
+				checkHandle(t, h, pattern(2, 5000))
+				h.Close()
+			}
+			if got := env.dl.calls.Load(); got != 3 {
+				t.Errorf("downloads = %d; want 3 (old, obj, obj again)", got)
+			}
+			checkIndexMatchesFiles(t, c)
+			checkInvariants(t, c)
+		})
+	}
+}

@@ -1,0 +1,271 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// sharedUrgency is the urgency of one file's fill, shared by the callers
+// waiting on it (n of them) so a joining Demand raises a running Warm fill.
+type sharedUrgency struct {
+	u *fetch.Urgency
+	n int
+}
+
+// fillResult is what a shared fill yields to each of its waiters.
+type fillResult struct {
+	e       *entry // live or zombie; the waiter takes its own ref
+	fetched int64  // bytes downloaded (0 if the file was already there)
+}
+
+// share fills a (one exact generation) or joins the fill already running
+// for it, and waits until it ends or ctx is done. joined reports that the
+// result came from another caller's fill. The fill runs on a context
+// detached from ctx, so a waiter giving up does not fail the others.
+func (c *Cache) share(ctx context.Context, a fetch.Attrs, p fetch.Priority) (r fillResult, joined bool, err error) {
+	id := idOf(a.Bucket, a.Name, a.Generation)
+	u, leave := c.joinUrgency(id, p)
+	defer leave()
+	led := false // set by the fill, if it is this caller's; read after it ends
+	ch := c.flights.DoChan(string(id[:]), func() (any, error) {
+		led = true
+		return c.runFill(ctx, a, u)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return fillResult{}, !led, res.Err
+		}
+		return res.Val.(fillResult), !led, nil
+	case <-ctx.Done():
+		return fillResult{}, false, fmt.Errorf("tier: fill %s: %w", a.Object, context.Cause(ctx))
+	}
+}
+
+// joinUrgency returns the urgency shared by everyone waiting on id's fill,
+// raised to p; leave drops the caller from it.
+func (c *Cache) joinUrgency(id fileID, p fetch.Priority) (u *fetch.Urgency, leave func()) {
+	c.mu.Lock()
+	s := c.urgencies[id]
+	if s == nil {
+		s = &sharedUrgency{u: fetch.NewUrgency(p)}
+		c.urgencies[id] = s
+	} else {
+		s.u.Raise(p)
+	}
+	s.n++
+	n := s.n
+	c.mu.Unlock()
+	if c.onJoin != nil {
+		c.onJoin(n)
+	}
+	return s.u, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if s.n--; s.n == 0 && c.urgencies[id] == s {
+			delete(c.urgencies, id)
+		}
+	}
+}
+
+// runFill is the body of one shared fill. It runs on singleflight's
+// goroutine and is counted in c.running, so Close waits for it.
+func (c *Cache) runFill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (fillResult, error) {
+	end, err := c.begin()
+	if err != nil {
+		return fillResult{}, err
+	}
+	defer end()
+	ctx, cancel := c.detach(ctx)
+	defer cancel()
+	// singleflight only merges overlapping calls: the file may have been
+	// published by a fill that ended just before this one started.
+	if e := c.findFile(a.Object); e != nil {
+		return fillResult{e: e}, nil
+	}
+	id := idOf(a.Bucket, a.Name, a.Generation)
+	if err := c.awaitDeletion(ctx, id); err != nil {
+		return fillResult{}, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	e, err := c.fill(ctx, a, u)
+	if err != nil {
+		return fillResult{}, err
+	}
+	return fillResult{e: e, fetched: a.Size}, nil
+}
+
+// findFile returns the live or zombie entry holding o's generation, if any.
+func (c *Cache) findFile(o fetch.Object) *entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.entries[indexKey(o.Bucket, o.Name)]; e != nil && e.rec.gen == o.Generation {
+		return e
+	}
+	return c.zombies[idOf(o.Bucket, o.Name, o.Generation)]
+}
+
+// fill reserves space, downloads a into a new file, publishes and indexes
+// it. If the filesystem is full it evicts to make room and tries once more.
+func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*entry, error) {
+	need := roundUp(a.Size, c.bsize)
+	if err := c.reserve(ctx, need, a.Object); err != nil {
+		return nil, err
+	}
+	blocks, err := c.download(ctx, a, u)
+	if errors.Is(err, syscall.ENOSPC) {
+		freed, ferr := c.freeDisk(need)
+		switch {
+		case ferr != nil:
+			err = errors.Join(err, ferr)
+		case freed:
+			blocks, err = c.download(ctx, a, u)
+		default:
+			err = fmt.Errorf("%w (evicting everything unused would not free enough)", err)
+		}
+	}
+	if err == nil {
+		var e *entry
+		if e, err = c.commit(a, blocks, need); err == nil {
+			return e, nil
+		}
+		if rerr := os.Remove(c.lay.path(idOf(a.Bucket, a.Name, a.Generation))); rerr != nil {
+			c.cfg.log.Warn("tier: remove unindexed file", "object", a.Object.String(), "err", rerr)
+		}
+	}
+	c.unreserve(need)
+	if errors.Is(err, syscall.ENOSPC) {
+		err = fmt.Errorf("%w: filesystem full: %w", ErrNoSpace, err)
+	}
+	return nil, err
+}
+
+// download writes a into a temp file, fsyncs it, renames it into place and
+// fsyncs the directory: the data file either is complete or does not exist.
+// It returns the blocks the file occupies.
+func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (int64, error) {
+	f, err := os.CreateTemp(c.lay.tmp, "*"+tmpSuffix)
+	if err != nil {
+		return 0, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	tmp := f.Name()
+	fi, err := c.writeTemp(ctx, f, a, u)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("tier: fill %s: close: %w", a.Object, cerr)
+	}
+	final := c.lay.path(idOf(a.Bucket, a.Name, a.Generation))
+	if err == nil {
+		if err = os.Rename(tmp, final); err != nil {
+			err = fmt.Errorf("tier: fill %s: publish: %w", a.Object, err)
+		}
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return 0, err
+	}
+	if err := syncDir(filepath.Dir(final)); err != nil {
+		os.Remove(final)
+		return 0, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	return blocksOf(fi), nil
+}
+
+// writeTemp allocates, downloads and fsyncs one temp file and returns its
+// final stat.
+func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fetch.Urgency) (os.FileInfo, error) {
+	if err := c.allocate(f, a.Size); err != nil {
+		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	if a.Size > 0 {
+		if err := c.cfg.dl.Fetch(ctx, a, f, u); err != nil {
+			return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("tier: fill %s: fsync: %w", a.Object, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	if fi.Size() != a.Size {
+		return nil, fmt.Errorf("tier: fill %s: wrote %d bytes, want %d: %w", a.Object, fi.Size(), a.Size, fetch.ErrShortRead)
+	}
+	return fi, nil
+}
+
+// allocate checks that the filesystem keeps its headroom after size more
+// bytes and allocates them up front (without changing the file's size), so
+// a full disk shows up here as ENOSPC rather than mid-download, and the
+// index's mmapped files never meet a full filesystem.
+func (c *Cache) allocate(f *os.File, size int64) error {
+	if size == 0 {
+		return nil
+	}
+	c.allocMu.Lock()
+	defer c.allocMu.Unlock()
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("statfs: %w", err)
+	}
+	need := roundUp(size, c.bsize)
+	if avail := fsInfoOf(&st).avail; avail-need < c.headroom {
+		return fmt.Errorf("allocate %d bytes: %d available and %d kept free for the index: %w",
+			need, avail, c.headroom, syscall.ENOSPC)
+	}
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		return nil // best effort: the download reports ENOSPC instead
+	}
+	if err != nil {
+		return fmt.Errorf("fallocate %d bytes: %w", size, err)
+	}
+	return nil
+}
+
+// commit indexes a freshly published file and makes it live, replacing the
+// name's previous generation (kept as a zombie while handles use it) and
+// turning the reservation into used space.
+func (c *Cache) commit(a fetch.Attrs, blocks, reservation int64) (*entry, error) {
+	e := newEntry(a, blocks, time.Now().UnixNano())
+	c.idxMu.Lock()
+	if c.idxClosed {
+		c.idxMu.Unlock()
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	if old := c.entries[e.key]; old != nil {
+		e.rec.pinned = old.rec.pinned // a pin outlives generations
+	}
+	c.mu.Unlock()
+	if err := c.idx.put(e.key, e.rec); err != nil {
+		c.idxMu.Unlock()
+		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+	}
+	c.mu.Lock()
+	var dead []*entry
+	if old := c.entries[e.key]; old != nil && c.dropLocked(old) {
+		dead = append(dead, old)
+	}
+	c.installLocked(e)
+	c.reserved -= reservation
+	c.stats.fills++
+	c.stats.bytesFetched += a.Size
+	// The file may occupy more blocks than reserved (metadata blocks).
+	over, _ := c.lruVictimsLocked(c.used+c.reserved-c.maxBytes, e)
+	c.evictLocked(over)
+	c.signalLocked()
+	c.mu.Unlock()
+	c.deleteRecords(over)
+	c.idxMu.Unlock()
+	c.removeFiles(append(dead, over...))
+	return e, nil
+}

@@ -1,0 +1,289 @@
+package tier
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/dgraph-io/badger/v4/options"
+)
+
+// formatVersion is the version of the index's on-disk format (see the package
+// doc). Bump it when the key or record encoding changes incompatibly.
+const formatVersion = 1
+
+// formatKey holds the format version as a uvarint. Meta keys start with NUL,
+// which no entry key does (buckets are non-empty and contain no NUL).
+var formatKey = []byte("\x00format")
+
+// record is the persisted part of an entry.
+type record struct {
+	gen     int64
+	size    int64
+	blocks  int64
+	crc     uint32
+	hasCRC  bool
+	pinned  bool
+	updated int64 // unix ns; 0 if unknown
+	checked int64 // unix ns of the last Stat that confirmed gen
+	access  int64 // unix ns of the last use
+}
+
+// Record flag bits.
+const (
+	flagCRC    = 1 << 0
+	flagPinned = 1 << 1
+	flagsKnown = flagCRC | flagPinned
+)
+
+// appendRecord appends r's encoding: flags byte, varint gen, uvarint size,
+// uvarint blocks, 4-byte little-endian CRC32C (only if flagCRC), varint
+// updated, varint checked, varint access.
+func appendRecord(b []byte, r record) []byte {
+	var flags byte
+	if r.hasCRC {
+		flags |= flagCRC
+	}
+	if r.pinned {
+		flags |= flagPinned
+	}
+	b = append(b, flags)
+	b = binary.AppendVarint(b, r.gen)
+	b = binary.AppendUvarint(b, uint64(r.size))
+	b = binary.AppendUvarint(b, uint64(r.blocks))
+	if r.hasCRC {
+		b = binary.LittleEndian.AppendUint32(b, r.crc)
+	}
+	b = binary.AppendVarint(b, r.updated)
+	b = binary.AppendVarint(b, r.checked)
+	return binary.AppendVarint(b, r.access)
+}
+
+// errBadRecord means an index value does not decode.
+var errBadRecord = errors.New("tier: malformed index record")
+
+// decodeRecord decodes what appendRecord wrote. It never panics.
+func decodeRecord(b []byte) (record, error) {
+	var r record
+	if len(b) == 0 || b[0]&^flagsKnown != 0 {
+		return r, errBadRecord
+	}
+	d := decoder{b: b[1:]}
+	r.hasCRC, r.pinned = b[0]&flagCRC != 0, b[0]&flagPinned != 0
+	r.gen = d.varint()
+	size, blocks := d.uvarint(), d.uvarint()
+	if r.hasCRC {
+		r.crc = d.uint32()
+	}
+	r.updated, r.checked, r.access = d.varint(), d.varint(), d.varint()
+	if d.bad || len(d.b) != 0 || size > 1<<62 || blocks > 1<<62 {
+		return record{}, errBadRecord
+	}
+	r.size, r.blocks = int64(size), int64(blocks)
+	return r, nil
+}
+
+// decoder reads varints from b, setting bad instead of panicking.
+type decoder struct {
+	b   []byte
+	bad bool
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.bad, d.b = true, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.bad, d.b = true, nil
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) uint32() uint32 {
+	if len(d.b) < 4 {
+		d.bad, d.b = true, nil
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+// index is the badger database under Dir/index. It is the durable record of
+// what is cached; the Cache serialises writes (see Cache.idxMu).
+type index struct {
+	db *badger.DB
+}
+
+// badgerOptions tunes badger for a small index and little memory: one
+// process writes short records, reads them all at start-up and rarely after.
+func badgerOptions(dir string, log *slog.Logger) badger.Options {
+	return badger.DefaultOptions(dir).
+		WithLogger(badgerLogger{log}).
+		WithLoggingLevel(badger.WARNING).
+		WithMetricsEnabled(false).
+		WithSyncWrites(false). // data files are fsynced; a lost record only orphans a file
+		WithDetectConflicts(false).
+		WithNumVersionsToKeep(1).
+		WithNumGoroutines(2).
+		WithNumCompactors(2).
+		WithMemTableSize(4 << 20).
+		WithNumMemtables(2).
+		WithNumLevelZeroTables(2).
+		WithNumLevelZeroTablesStall(8).
+		WithBaseTableSize(2 << 20).
+		WithBaseLevelSize(8 << 20).
+		WithValueLogFileSize(8 << 20).
+		WithValueThreshold(1 << 10). // records are ~50 bytes: all stay in the LSM tree
+		WithCompression(options.None).
+		WithBlockCacheSize(4 << 20).
+		WithIndexCacheSize(2 << 20).
+		WithCompactL0OnClose(true)
+}
+
+// openIndex opens (or creates) the index and checks its format version.
+func openIndex(dir string, log *slog.Logger) (*index, error) {
+	db, err := badger.Open(badgerOptions(dir, log))
+	if err != nil {
+		return nil, fmt.Errorf("tier: open index %s: %w", dir, err)
+	}
+	x := &index{db: db}
+	if err := x.checkFormat(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// checkFormat stamps a new index with formatVersion and refuses one written
+// by a newer (or unknown) format.
+func (x *index) checkFormat() error {
+	return x.db.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get(formatKey)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return txn.Set(formatKey, binary.AppendUvarint(nil, formatVersion))
+		}
+		if err != nil {
+			return fmt.Errorf("tier: read index format: %w", err)
+		}
+		v, err := item.ValueCopy(nil)
+		if err != nil {
+			return fmt.Errorf("tier: read index format: %w", err)
+		}
+		ver, n := binary.Uvarint(v)
+		if n <= 0 || n != len(v) {
+			return fmt.Errorf("%w: unreadable version %x", ErrFormat, v)
+		}
+		if ver != formatVersion {
+			return fmt.Errorf("%w: index has format version %d, this build reads version %d",
+				ErrFormat, ver, formatVersion)
+		}
+		return nil
+	})
+}
+
+// put writes one record.
+func (x *index) put(key string, r record) error {
+	err := x.db.Update(func(txn *badger.Txn) error {
+		return txn.Set([]byte(key), appendRecord(nil, r))
+	})
+	if err != nil {
+		return fmt.Errorf("tier: index put: %w", err)
+	}
+	return nil
+}
+
+// putBatch writes records[i] under keys[i].
+func (x *index) putBatch(keys []string, recs []record) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	wb := x.db.NewWriteBatch()
+	defer wb.Cancel()
+	for i, k := range keys {
+		if err := wb.Set([]byte(k), appendRecord(nil, recs[i])); err != nil {
+			return fmt.Errorf("tier: index batch put: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("tier: index batch put: %w", err)
+	}
+	return nil
+}
+
+// deleteBatch deletes keys.
+func (x *index) deleteBatch(keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	wb := x.db.NewWriteBatch()
+	defer wb.Cancel()
+	for _, k := range keys {
+		if err := wb.Delete([]byte(k)); err != nil {
+			return fmt.Errorf("tier: index batch delete: %w", err)
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return fmt.Errorf("tier: index batch delete: %w", err)
+	}
+	return nil
+}
+
+// scan calls fn for every entry key (meta keys skipped) with its value; both
+// slices are valid only during the call.
+func (x *index) scan(fn func(key, val []byte)) error {
+	err := x.db.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.Key()
+			if len(k) > 0 && k[0] == 0 {
+				continue
+			}
+			if err := item.Value(func(v []byte) error { fn(k, v); return nil }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tier: scan index: %w", err)
+	}
+	return nil
+}
+
+// close closes the database.
+func (x *index) close() error {
+	if err := x.db.Close(); err != nil {
+		return fmt.Errorf("tier: close index: %w", err)
+	}
+	return nil
+}
+
+// badgerLogger routes badger's warnings and errors to slog and drops the rest.
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any) {
+	b.l.Error(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
+
+func (b badgerLogger) Warningf(f string, a ...any) {
+	b.l.Warn(strings.TrimSpace(fmt.Sprintf(f, a...)), "component", "badger")
+}
+
+func (badgerLogger) Infof(string, ...any)  {}
+func (badgerLogger) Debugf(string, ...any) {}

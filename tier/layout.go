@@ -1,0 +1,190 @@
+package tier
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// Names inside the cache directory.
+const (
+	lockName  = "LOCK"
+	dataName  = "data"
+	tmpName   = "tmp"
+	indexName = "index"
+	tmpSuffix = ".tmp"
+)
+
+// maxKeyLen bounds bucket+name so that index keys stay far below badger's
+// key limit. GCS names are at most 1024 bytes.
+const maxKeyLen = 16 << 10
+
+// fileID names a data file: the first 128 bits of SHA-256 over (bucket,
+// name, generation). Object names never reach the filesystem.
+type fileID [16]byte
+
+// idOf returns the file id of one generation of an object. The encoding is
+// unambiguous: buckets contain no NUL and the generation has a fixed width.
+func idOf(bucket, name string, gen int64) fileID {
+	h := sha256.New()
+	h.Write([]byte(bucket))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	var g [8]byte
+	binary.BigEndian.PutUint64(g[:], uint64(gen))
+	h.Write(g[:])
+	var id fileID
+	copy(id[:], h.Sum(nil))
+	return id
+}
+
+// String returns the id as 32 lower-case hex digits: the data file's name.
+func (id fileID) String() string { return hex.EncodeToString(id[:]) }
+
+// parseID parses a data file name; ok is false for anything else.
+func parseID(name string) (id fileID, ok bool) {
+	if len(name) != 2*len(id) || strings.ToLower(name) != name {
+		return id, false
+	}
+	if _, err := hex.Decode(id[:], []byte(name)); err != nil {
+		return id, false
+	}
+	return id, true
+}
+
+// indexKey returns the index key of an object name: bucket + "\x00" + name.
+func indexKey(bucket, name string) string { return bucket + "\x00" + name }
+
+// splitKey splits an index key into bucket and name (substrings of key).
+func splitKey(key string) (bucket, name string, ok bool) {
+	bucket, name, ok = strings.Cut(key, "\x00")
+	return bucket, name, ok && bucket != "" && name != ""
+}
+
+// checkObject rejects names that cannot be cached: empty, a bucket with a NUL
+// (it would make keys ambiguous), or absurdly long.
+func checkObject(o fetch.Object) error {
+	switch {
+	case o.Bucket == "" || o.Name == "":
+		return fmt.Errorf("%s: empty bucket or object name: %w", o, fetch.ErrInvalidName)
+	case strings.IndexByte(o.Bucket, 0) >= 0:
+		return fmt.Errorf("%q: NUL in bucket name: %w", o.Bucket, fetch.ErrInvalidName)
+	case len(o.Bucket)+len(o.Name) > maxKeyLen:
+		return fmt.Errorf("%s: name longer than %d bytes: %w", o.Bucket, maxKeyLen, fetch.ErrInvalidName)
+	}
+	return nil
+}
+
+// layout holds the paths of one cache directory. Immutable.
+type layout struct {
+	root  string // Config.Dir, absolute
+	data  string // root/data: 256 subdirectories 00..ff and tmp
+	tmp   string // root/data/tmp: files being filled
+	index string // root/index: badger
+}
+
+func newLayout(root string) layout {
+	data := filepath.Join(root, dataName)
+	return layout{root: root, data: data, tmp: filepath.Join(data, tmpName), index: filepath.Join(root, indexName)}
+}
+
+// create makes the directories that are missing and syncs the new ones'
+// parents.
+func (l layout) create() error {
+	dirs := []string{l.data, l.tmp, l.index}
+	for i := range 256 {
+		dirs = append(dirs, filepath.Join(l.data, fmt.Sprintf("%02x", i)))
+	}
+	created := false
+	for _, d := range dirs {
+		err := os.Mkdir(d, 0o755)
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("tier: create %s: %w", d, err)
+		}
+		created = created || err == nil
+	}
+	if !created {
+		return nil
+	}
+	for _, d := range []string{l.root, l.data} {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// path returns the data file of id.
+func (l layout) path(id fileID) string {
+	s := id.String()
+	return filepath.Join(l.data, s[:2], s)
+}
+
+// syncDir fsyncs a directory so that renames and unlinks in it are durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("tier: sync dir: %w", err)
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("tier: sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// blocksOf returns the bytes a file occupies on disk: st_blocks*512.
+func blocksOf(fi fs.FileInfo) int64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return fi.Size()
+}
+
+// roundUp rounds n up to a multiple of b (b > 0).
+func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
+
+// fsInfo describes the filesystem holding the cache.
+type fsInfo struct {
+	blockSize int64 // allocation unit
+	size      int64 // total bytes
+	avail     int64 // bytes available to us
+}
+
+// statFS returns the filesystem facts of path.
+func statFS(path string) (fsInfo, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fsInfo{}, fmt.Errorf("tier: statfs %s: %w", path, err)
+	}
+	return fsInfoOf(&st), nil
+}
+
+func fsInfoOf(st *unix.Statfs_t) fsInfo {
+	bs := int64(st.Bsize)
+	if bs <= 0 {
+		bs = 4096
+	}
+	return fsInfo{blockSize: bs, size: int64(st.Blocks) * bs, avail: int64(st.Bavail) * bs}
+}
+
+// headroomFor is the free space a fill must leave on a filesystem of the
+// given size: the index (badger, which writes through mmap) lives on the same
+// filesystem and must never find it full. 1% of the size, within [1, 256] MiB.
+func headroomFor(size int64) int64 {
+	return min(max(size/100, 1<<20), 256<<20)
+}

@@ -1,0 +1,116 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+func TestPrefetchKeepsGoingPastFailures(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	a := env.put(t, "bkt", "a", pattern(1, 1000))
+	b := env.put(t, "bkt", "b", pattern(2, 2000))
+	missing := fetch.Attrs{Object: fetch.Object{Bucket: "bkt", Name: "missing", Generation: 5}, Size: 10}
+	live := fetch.Attrs{Object: obj("bkt", "b")} // generation 0: stat'ed first
+	bad := fetch.Attrs{Object: obj("bkt", "")}
+	var last Progress
+	err := c.Prefetch(context.Background(), []fetch.Attrs{a, missing, bad, b, live}, fetch.Plan, func(p Progress) { last = p })
+	if !errors.Is(err, fetch.ErrNotFound) || !errors.Is(err, fetch.ErrInvalidName) {
+		t.Errorf("Prefetch = %v; want the joined ErrNotFound and ErrInvalidName", err)
+	}
+	if last.ObjectsDone != 5 || last.Failed != 2 || last.BytesFetched != 3000 {
+		t.Errorf("progress = %+v; want 5 done, 2 failed, 3000 bytes fetched", last)
+	}
+	if got := cached(c); len(got) != 2 {
+		t.Errorf("cached = %q; want a and b", got)
+	}
+	if err := c.Prefetch(context.Background(), nil, fetch.Plan, nil); err != nil {
+		t.Errorf("Prefetch(nil) = %v", err)
+	}
+}
+
+func TestPrefetchStopsWhenFull(t *testing.T) {
+	env := newDirEnv(t)
+	dir := t.TempDir()
+	size := blockSize(t, dir)
+	cfg := env.config(dir, 2*size)
+	cfg.PrefetchParallelism = 1
+	c := openCache(t, cfg)
+	ctx := context.Background()
+	var objs []fetch.Attrs
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		objs = append(objs, env.put(t, "bkt", name, pattern(i, int(size))))
+	}
+	openRead(t, c, obj("bkt", "a"), pattern(0, int(size)))
+	if _, err := c.Pin(ctx, "bkt", "a"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Open(ctx, obj("bkt", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var last Progress
+	err = c.Prefetch(ctx, objs, fetch.Warm, func(p Progress) { last = p })
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Prefetch into a cache full of pinned and open entries = %v; want ErrNoSpace", err)
+	}
+	if last.ObjectsDone != 3 || last.Cached != 2 || last.Failed != 1 {
+		t.Errorf("progress = %+v; want a stop after a, b (cached) and c (no space)", last)
+	}
+}
+
+func TestPrefetchContextCancelled(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	a := env.put(t, "bkt", "a", pattern(1, 1000))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Prefetch(ctx, []fetch.Attrs{a}, fetch.Warm, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("Prefetch(cancelled) = %v; want context.Canceled", err)
+	}
+}
+
+func TestDemandRaisesPrefetchUrgency(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	a := env.put(t, "bkt", "obj", pattern(1, 1000))
+	g := installGate(c, env.dl)
+	urgency := make(chan *fetch.Urgency, 1)
+	gated := env.dl.before
+	env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+		urgency <- u
+		return gated(ctx, a, u)
+	}
+	var wg sync.WaitGroup
+	var perr error
+	wg.Go(func() { perr = c.Prefetch(context.Background(), []fetch.Attrs{a}, fetch.Warm, nil) })
+	u := <-urgency
+	if got := u.Level(); got != fetch.Warm {
+		t.Errorf("prefetch urgency = %v; want warm", got)
+	}
+	wg.Go(func() {
+		h, err := c.Open(context.Background(), obj("bkt", "obj"))
+		if err != nil {
+			t.Errorf("Open: %v", err)
+			return
+		}
+		h.Close()
+	})
+	g.await(t, 2)
+	if got := u.Level(); got != fetch.Demand {
+		t.Errorf("urgency after a demand joined = %v; want demand", got)
+	}
+	close(g.release)
+	wg.Wait()
+	if perr != nil {
+		t.Errorf("Prefetch: %v", perr)
+	}
+	if n := env.dl.calls.Load(); n != 1 {
+		t.Errorf("downloads = %d; want 1", n)
+	}
+}

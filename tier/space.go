@@ -1,0 +1,178 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// reserve sets aside n bytes of the budget for a fill of o, evicting least
+// recently used entries that are neither pinned nor in use. If only other
+// fills' reservations stand in the way it waits for one of them to end;
+// if pinned and in-use entries leave no room it fails with ErrNoSpace.
+func (c *Cache) reserve(ctx context.Context, n int64, o fetch.Object) error {
+	for {
+		wait, err := c.tryReserve(n, o)
+		if err != nil || wait == nil {
+			return err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return fmt.Errorf("tier: wait for space for %s: %w", o, context.Cause(ctx))
+		}
+	}
+}
+
+// tryReserve reserves n bytes (evicting as needed), or returns a channel to
+// wait on before trying again, or an error.
+func (c *Cache) tryReserve(n int64, o fetch.Object) (<-chan struct{}, error) {
+	c.idxMu.Lock()
+	if c.idxClosed {
+		c.idxMu.Unlock()
+		return nil, ErrClosed
+	}
+	c.mu.Lock()
+	victims, wait, err := c.planReserveLocked(n, o)
+	if err == nil && wait == nil {
+		c.evictLocked(victims)
+		c.reserved += n
+	}
+	c.mu.Unlock()
+	c.deleteRecords(victims)
+	c.idxMu.Unlock()
+	c.removeFiles(victims)
+	return wait, err
+}
+
+// planReserveLocked decides how to fit n more bytes: the victims to evict
+// (possibly none), or a channel to wait on, or ErrNoSpace.
+func (c *Cache) planReserveLocked(n int64, o fetch.Object) ([]*entry, <-chan struct{}, error) {
+	if n > c.maxBytes {
+		return nil, nil, fmt.Errorf("%w: %s needs %s, more than the whole budget of %s",
+			ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(c.maxBytes)))
+	}
+	short := c.used + c.reserved + n - c.maxBytes
+	if short <= 0 {
+		return nil, nil, nil
+	}
+	victims, freed := c.lruVictimsLocked(short, nil)
+	if freed >= short {
+		return victims, nil, nil
+	}
+	// Fills in progress end by committing (adding an evictable entry) or by
+	// failing (releasing their reservation): wait for one if that can help.
+	pinned, inUse := c.fixedBytesLocked()
+	if c.reserved > 0 && pinned+inUse+n <= c.maxBytes {
+		return nil, c.spaceFreed, nil
+	}
+	return nil, nil, fmt.Errorf("%w: %s needs %s; the budget of %s holds %s pinned, %s in use and %s reserved by other fills",
+		ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(c.maxBytes)),
+		humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(c.reserved)))
+}
+
+// unreserve releases a reservation that did not become an entry.
+func (c *Cache) unreserve(n int64) {
+	c.mu.Lock()
+	c.reserved -= n
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+// signalLocked wakes fills waiting for space.
+func (c *Cache) signalLocked() {
+	close(c.spaceFreed)
+	c.spaceFreed = make(chan struct{})
+}
+
+// freeDisk makes room on a full filesystem: it evicts least recently used
+// entries until n bytes plus the headroom are available. It reports false if
+// evicting everything evictable would not be enough (then it evicts nothing).
+func (c *Cache) freeDisk(n int64) (bool, error) {
+	fsi, err := statFS(c.lay.data)
+	if err != nil {
+		return false, err
+	}
+	short := n + c.headroom - fsi.avail
+	if short <= 0 {
+		return true, nil
+	}
+	c.idxMu.Lock()
+	if c.idxClosed {
+		c.idxMu.Unlock()
+		return false, ErrClosed
+	}
+	c.mu.Lock()
+	victims, freed := c.lruVictimsLocked(short, nil)
+	if freed < short {
+		victims = nil
+	}
+	c.evictLocked(victims)
+	c.mu.Unlock()
+	c.deleteRecords(victims)
+	c.idxMu.Unlock()
+	c.removeFiles(victims)
+	return victims != nil, nil
+}
+
+// deleteRecords removes the index records of dropped entries. The caller
+// holds idxMu. A failure is logged: the files are removed anyway and the
+// next Open drops records whose file is missing.
+func (c *Cache) deleteRecords(es []*entry) {
+	if len(es) == 0 {
+		return
+	}
+	keys := make([]string, len(es))
+	for i, e := range es {
+		keys[i] = e.key
+	}
+	if err := c.idx.deleteBatch(keys); err != nil {
+		c.cfg.log.Warn("tier: delete index records; the next start-up drops them", "n", len(keys), "err", err)
+	}
+}
+
+// removeFiles deletes the files of gone entries (see buryLocked) and
+// unregisters their deletion.
+func (c *Cache) removeFiles(es []*entry) {
+	if len(es) == 0 {
+		return
+	}
+	for _, e := range es {
+		p := c.lay.path(e.id)
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			c.cfg.log.Warn("tier: remove cached file", "path", p, "err", err)
+		}
+	}
+	c.mu.Lock()
+	for _, e := range es {
+		if ch, ok := c.deleting[e.id]; ok {
+			close(ch)
+			delete(c.deleting, e.id)
+		}
+	}
+	c.signalLocked()
+	c.mu.Unlock()
+}
+
+// awaitDeletion waits until no deletion of id's file is in progress, so a
+// fill never renames a new file into place just before an old unlink.
+func (c *Cache) awaitDeletion(ctx context.Context, id fileID) error {
+	c.mu.Lock()
+	ch := c.deleting[id]
+	c.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
