@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
@@ -27,10 +28,14 @@ const (
 // entry is one cached generation of an object. All fields except key and id
 // are guarded by Cache.mu.
 type entry struct {
-	key  string // bucket + "\x00" + name; immutable
-	id   fileID // data file name; immutable
-	rec  record // persisted fields; rec.gen and rec.size are immutable
-	refs int32  // open handles
+	key string // bucket + "\x00" + name; immutable
+	// stale is set, never cleared, when the entry stops being live: a
+	// handle's holder then knows a fresher or better copy may exist. Read
+	// without Cache.mu (Handle.Stale).
+	stale atomic.Bool
+	id    fileID // data file name; immutable
+	rec   record // persisted fields; rec.gen and rec.size are immutable
+	refs  int32  // open handles
 	// dirty is set when rec.access or rec.checked changed since the last
 	// index write.
 	dirty bool
@@ -162,6 +167,7 @@ func (c *Cache) dropLocked(e *entry) (dead bool) {
 	if e.rec.pinned {
 		c.pinnedBytes -= e.rec.blocks
 	}
+	e.stale.Store(true)
 	if e.refs > 0 {
 		e.state = zombie
 		c.zombies[e.id] = e
@@ -173,6 +179,7 @@ func (c *Cache) dropLocked(e *entry) (dead bool) {
 
 // buryLocked marks e gone and registers its deletion; removeFiles finishes it.
 func (c *Cache) buryLocked(e *entry) {
+	e.stale.Store(true)
 	e.state = gone
 	c.used -= e.rec.blocks
 	if _, ok := c.deleting[e.id]; !ok {

@@ -265,6 +265,12 @@ func (h *Handle) Path() string { return h.path }
 // Size returns the object's size in bytes.
 func (h *Handle) Size() int64 { return h.attrs.Size }
 
+// Stale reports whether the cache has stopped serving this copy (it was
+// replaced by a newer generation, evicted or dropped). The handle stays
+// readable until Close; a holder that caches handles should open again to
+// get the current copy. Stale costs one atomic load.
+func (h *Handle) Stale() bool { return h.e.stale.Load() }
+
 // ReadAt implements io.ReaderAt over the cached file.
 func (h *Handle) ReadAt(p []byte, off int64) (int, error) { return h.f.ReadAt(p, off) }
 

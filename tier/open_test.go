@@ -83,6 +83,9 @@ func TestRevalidation(t *testing.T) {
 	}
 	defer h1.Close()
 
+	if h1.Stale() {
+		t.Errorf("Stale() of the live generation's handle = true; want false")
+	}
 	gen2 := env.put(t, "obj", v2)
 	// Checked less than Revalidate ago: the old generation is served.
 	if a := openRead(t, c, obj("bkt", "obj"), v1); a.Generation != gen1 {
@@ -99,6 +102,9 @@ func TestRevalidation(t *testing.T) {
 		t.Errorf("Lookup generation = %d; want %d", e.Attrs.Generation, gen2)
 	}
 	// The old file lives while h1 uses it, and goes with it.
+	if !h1.Stale() {
+		t.Errorf("Stale() of the replaced generation's handle = false; want true")
+	}
 	checkHandle(t, h1, v1)
 	if _, err := os.Stat(h1.Path()); err != nil {
 		t.Errorf("old generation's file while open: %v", err)
