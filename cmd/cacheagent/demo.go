@@ -188,4 +188,3 @@ func printDemo(w io.Writer, rows []demoRow) {
 	}
 	slog.Debug("demo finished")
 }
-

@@ -55,9 +55,21 @@ budget with LRU eviction and pinning.`,
 		newPinCmd(opts, "unpin"),
 		newPinCmd(opts, "evict"),
 		newDemoCmd(opts),
+		newBenchCmd(opts),
+		newGPUCmd(opts),
 		newVersionCmd(),
 	)
 	return root
+}
+
+// newBenchCmd groups the project's benchmarks.
+func newBenchCmd(opts *options) *cobra.Command {
+	bench := &cobra.Command{
+		Use:   "bench",
+		Short: "Run the project's benchmarks",
+	}
+	bench.AddCommand(newBenchGPUCmd(opts))
+	return bench
 }
 
 // defaultCacheDir is /var/cache/cacheagent for root (the service) and the
