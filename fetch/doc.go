@@ -14,9 +14,9 @@
 //
 // Object names are opaque strings. Cloud Storage accepts names such as
 // "../../x" or "a/./b", and so does the GCS source; it rejects with
-// ErrInvalidName only what Cloud Storage itself refuses (empty, over 1024
-// bytes, invalid UTF-8, "." or "..", carriage return or line feed, the
-// reserved .well-known/acme-challenge/ prefix, malformed bucket names).
+// ErrInvalidName only names no request can carry (empty, over 1024 bytes,
+// invalid UTF-8, "." or "..", malformed bucket names) and leaves the rest,
+// newlines included, to the server.
 // Only Dir maps names to paths, through an os.Root, and it refuses names
 // that are not canonical local paths. Nothing else in the agent may turn an
 // object name into a path.

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzParseGS checks that parseGS never panics and that what it accepts
+// round-trips.
+func FuzzParseGS(f *testing.F) {
+	for _, s := range []string{"gs://b/p", "gs://b", "gs://", "gs:///x", "gs://b/../x", "gs://b/\x00", "s3://b/x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := parseGS(s)
+		if err != nil {
+			return
+		}
+		if u.Bucket == "" || strings.Contains(u.Bucket, "/") {
+			t.Fatalf("parseGS(%q) = %+v: bad bucket", s, u)
+		}
+		if got := "gs://" + u.Bucket + "/" + u.Path; got != s && got != s+"/" {
+			t.Fatalf("parseGS(%q) = %+v; does not round-trip (%q)", s, u, got)
+		}
+	})
+}
+
+// FuzzSizeFlag checks that size parsing never panics and never yields a
+// negative size.
+func FuzzSizeFlag(f *testing.F) {
+	for _, s := range []string{"300GiB", "32MiB", "1.5GB", "0", "1048576", "-1", "1e30", "9EiB", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var v sizeFlag
+		if err := v.Set(s); err == nil && v < 0 {
+			t.Fatalf("Set(%q) = %d; want a non-negative size", s, v)
+		}
+	})
+}

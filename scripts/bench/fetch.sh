@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Fetch and disk-tier benchmarks for issue 2: ratios measured in one run.
+#
+#   scripts/bench/fetch.sh            # prints a markdown report to stdout
+#
+# 1. go test benchmarks of fetch (shaped link 8 x 64 MiB vs the link-limited
+#    ideal; 1000 x 256 KiB vs one sequential reader; transfermanager vs ours)
+#    and tier (re-adopting 100k entries vs a raw scan of the files).
+# 2. The agent as its own process: `cacheagent prefetch` of 8 x 64 MiB from a
+#    shaped emulator (gcsemu) in another process, with its peak RSS.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=$(mktemp -d)
+emu_pid=
+cleanup() { [ -n "$emu_pid" ] && kill "$emu_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"; }
+trap cleanup EXIT
+
+echo "## fetch and disk tier ($(date -u +%F), $(nproc) cores, $(go version | cut -d' ' -f3))"
+echo
+echo '```'
+go test -run '^$' -bench . -benchtime 1x ./fetch/ | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench Reopen100k -benchtime 3x ./tier/ | grep -E '^(Benchmark|ok)'
+echo '```'
+
+go build -o "$work/cacheagent" ./cmd/cacheagent
+go build -o "$work/gcsemu" ./scripts/bench/gcsemu
+"$work/gcsemu" -objects 8 -size 64MiB -first-byte 20ms -rate 100MB >"$work/endpoint" &
+emu_pid=$!
+for _ in $(seq 100); do [ -s "$work/endpoint" ] && break; sleep 0.1; done
+endpoint=$(head -1 "$work/endpoint")
+for conns in 8 64; do
+	rm -rf "$work/cache"
+	start=$(date +%s.%N)
+	rss=$( { /usr/bin/time -f '%M' "$work/cacheagent" --endpoint "$endpoint" --cache-dir "$work/cache" \
+		--connections "$conns" prefetch gs://bench/data/ >/dev/null 2>"$work/err"; } 2>&1 ) || { cat "$work/err"; exit 1; }
+	end=$(date +%s.%N)
+	awk -v s="$start" -v e="$end" -v rss="$rss" -v c="$conns" 'BEGIN {
+		mb = 8 * 64 * 1048576 / 1e6; t = e - s; ideal = c * 100; if (ideal > 0) r = mb / t / ideal
+		printf "cacheagent prefetch 8 x 64 MiB, %d connections: %.2f s, %.0f MB/s (link ideal %d MB/s, ratio %.2f), peak RSS %.0f MB\n", c, t, mb / t, ideal, r, rss / 1024 }'
+done
