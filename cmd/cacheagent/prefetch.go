@@ -92,6 +92,7 @@ func newProgressReporter(w io.Writer, objects, bytes int64) *progressReporter {
 		r.bar = progressbar.NewOptions64(bytes,
 			progressbar.OptionSetWriter(w),
 			progressbar.OptionShowBytes(true),
+			progressbar.OptionShowCount(),
 			progressbar.OptionUseIECUnits(true),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionSetElapsedTime(true),
