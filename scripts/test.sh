@@ -12,9 +12,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: fuse3 (fusermount3, for the FUSE mount tests).
+# Debian packages the tests use: fuse3 (fusermount3, for the FUSE mount tests)
+# and python3-numpy (numpy loads .npy files through the mount; cross-checks).
 pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || pkgs+=(fuse3)
+/usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || pkgs+=(python3-numpy)
 if ((${#pkgs[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "== installing ${pkgs[*]}"

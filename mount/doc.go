@@ -1,0 +1,103 @@
+// Package mount serves the cache as a read-only FUSE filesystem, so that
+// programs that only know files (PyTorch datasets, numpy.load with
+// mmap_mode='r', shell tools) read cached GCS objects at local speed.
+//
+// # Usage
+//
+//	srv, err := mount.Mount(ctx, "/mnt/gcs", mount.Config{
+//		Cache:  cache, // *tier.Cache
+//		Source: src,   // *fetch.GCS (for listings)
+//		Roots:  []mount.Root{{Bucket: "b", Prefix: "train/"}},
+//	})
+//	…
+//	<-ctx.Done()
+//	err = srv.Unmount()
+//	srv.Wait()
+//
+// # Layout
+//
+// The mount shows <mountpoint>/<bucket>/<object name> for every object
+// under the configured roots (a bucket and a name prefix each; a bucket may
+// have several). Directories are synthesized from '/'-delimited names. An
+// object whose name ends in '/' (a "folder" placeholder, as the Cloud
+// console creates) only makes its directory appear. Names that cannot be
+// paths are left out, each logged once per mount: an empty segment ("a//b",
+// a leading '/'), a "." or ".." segment, a NUL byte, or a segment longer
+// than 255 bytes. If an object's name is also a directory (objects "a" and
+// "a/b"), the directory wins and the object "a" is left out the same way.
+//
+// # Listings
+//
+// Each bucket is listed (flat, by prefix, through Config.Source) on first
+// use and again when its listing is older than Config.ListTTL at the next
+// lookup or readdir; the kernel caches names and attributes for the same
+// TTL, so a change in the bucket shows within about twice the TTL. A
+// negative TTL lists once and never again. Concurrent users of an expired
+// listing share one listing run, which continues if the caller that started
+// it is interrupted. If listing fails, the previous listing is served (and
+// listing is retried after a few seconds); with no previous listing, the
+// lookup fails with EIO. A listing is held in memory: about 110 bytes per
+// object plus its name.
+//
+// # Files
+//
+// A file is one generation of an object: size and mtime are the object's
+// size and update time, mode 0444 (directories 0555), owned by the
+// mounting process's uid and gid. Its inode number is a hash of (bucket,
+// name, generation), stable across mounts; a new generation is a new inode.
+//
+// Open fetches exactly that generation through the cache (Config.Cache): a
+// demand fetch on a miss, shared with any other open or prefetch of the same
+// object. If the kernel interrupts the open (the caller got a signal), the
+// open returns EINTR at once and the download goes on for the others. If
+// the generation is gone from GCS, Open returns ESTALE and marks the
+// bucket's listing stale; the kernel then looks the name up again and opens
+// the current generation.
+//
+// The open file holds a cache handle, which keeps the cached copy readable
+// whatever the cache does meanwhile, until the kernel releases it. Reads are served by the kernel straight from
+// the cached file with FUSE passthrough when the kernel offers it and the
+// process may use it (Linux 6.9+, CAP_SYS_ADMIN; Server.Passthrough reports
+// it); otherwise this process answers each read by splicing from the cached
+// file's descriptor (reads of up to 1 MiB), and the kernel keeps the pages
+// cached across opens (FOPEN_KEEP_CACHE; objects never change within a
+// generation). Closing a file costs no round trip (FOPEN_NOFLUSH).
+//
+// # Read-only
+//
+// The filesystem is mounted read-only ("ro"), and every operation that
+// would change it (write, create, mkdir, mknod, link, symlink, unlink,
+// rmdir, rename, setattr, setxattr, removexattr, fallocate) also returns
+// EROFS from this package, should the kernel ask. statfs reports no space
+// and a 255-byte name limit.
+//
+// # Lifecycle
+//
+// Mount clears a stale mount left at the mountpoint by a crashed server
+// (statfs fails with ENOTCONN) with a lazy unmount, creates the mountpoint if
+// it is missing and refuses a mountpoint that is already a live FUSE mount.
+// Server.Unmount unmounts; if files are still open it detaches the mount
+// lazily instead: the mountpoint is free at once, and the open files keep
+// being served until they are closed, when Wait returns. The server also
+// ends when someone else unmounts it. When it ends, listings in progress
+// are cancelled and cache handles left open are closed.
+//
+// # Concurrency
+//
+// Every method of FS and Server is safe for concurrent use. FS.mu guards the
+// open handles and background listings, bucketView.mu a bucket's current
+// listing; neither is held during I/O, and they are never held together.
+//
+// # Deadlocks
+//
+// The process that serves the mount must not mmap files on it, nor read it
+// from a thread the server needs (go-fuse's documentation explains why);
+// the daemon never touches its own mount. Tests read through the mount from
+// goroutines, and mmap it only from subprocesses.
+//
+// # Errors
+//
+// Errors returned to the kernel are mapped here with errors.Is: an
+// interrupted request gives EINTR, a vanished generation ESTALE, a missing
+// bucket ENOENT, a full cache ENOSPC, anything else EIO (and is logged).
+package mount

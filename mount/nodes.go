@@ -1,0 +1,198 @@
+package mount
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// Modes and sizes reported to the kernel.
+const (
+	fileMode = 0o444
+	dirMode  = 0o555
+	// blockSize is st_blksize: the I/O size stdio and Python buffer by.
+	blockSize = 128 << 10
+)
+
+// rootNode is the mount's root: one directory per configured bucket.
+type rootNode struct {
+	fs.Inode
+	readOnly
+	f *FS
+}
+
+// dirNode is a directory: a bucket (path "") or a directory inside it.
+type dirNode struct {
+	fs.Inode
+	readOnly
+	f    *FS
+	b    *bucketView
+	path string
+}
+
+// fileNode is a file: one generation of an object.
+type fileNode struct {
+	fs.Inode
+	readOnly
+	f     *FS
+	b     *bucketView
+	attrs fetch.Attrs
+}
+
+var (
+	_ fs.NodeLookuper  = (*rootNode)(nil)
+	_ fs.NodeReaddirer = (*rootNode)(nil)
+	_ fs.NodeGetattrer = (*rootNode)(nil)
+	_ fs.NodeLookuper  = (*dirNode)(nil)
+	_ fs.NodeReaddirer = (*dirNode)(nil)
+	_ fs.NodeGetattrer = (*dirNode)(nil)
+	_ fs.NodeGetattrer = (*fileNode)(nil)
+	_ fs.NodeOpener    = (*fileNode)(nil)
+)
+
+// Lookup finds a bucket.
+func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	b := n.f.buckets[name]
+	if b == nil {
+		return nil, syscall.ENOENT
+	}
+	return n.f.newDir(ctx, &n.Inode, b, "", out), 0
+}
+
+// Readdir lists the buckets.
+func (n *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	es := make([]fuse.DirEntry, len(n.f.bucketNames))
+	for i, b := range n.f.bucketNames {
+		es[i] = fuse.DirEntry{Name: b, Mode: syscall.S_IFDIR, Ino: dirIno(b, "")}
+	}
+	return fs.NewListDirStream(es), 0
+}
+
+// Getattr describes the root directory.
+func (n *rootNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.f.dirAttr(&out.Attr, rootIno)
+	return 0
+}
+
+// Lookup finds a name in the bucket's current listing.
+func (n *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	d, en := n.list(ctx)
+	if en != 0 {
+		return nil, en
+	}
+	e, ok := d.find(name)
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	if e.dir {
+		return n.f.newDir(ctx, &n.Inode, n.b, joinPath(n.path, name), out), 0
+	}
+	node := &fileNode{f: n.f, b: n.b, attrs: e.attrs}
+	ino := fileIno(n.b.name, e.attrs.Name, e.attrs.Generation)
+	n.f.fileAttr(&out.Attr, ino, e.attrs)
+	return n.NewInode(ctx, node, fs.StableAttr{Mode: syscall.S_IFREG, Ino: ino}), 0
+}
+
+// Readdir lists the directory from the bucket's current listing.
+func (n *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	d, en := n.list(ctx)
+	if en != 0 {
+		return nil, en
+	}
+	es := make([]fuse.DirEntry, len(d))
+	for i, e := range d {
+		if e.dir {
+			es[i] = fuse.DirEntry{Name: e.name, Mode: syscall.S_IFDIR, Ino: dirIno(n.b.name, joinPath(n.path, e.name))}
+		} else {
+			es[i] = fuse.DirEntry{Name: e.name, Mode: syscall.S_IFREG, Ino: fileIno(n.b.name, e.attrs.Name, e.attrs.Generation)}
+		}
+	}
+	return fs.NewListDirStream(es), 0
+}
+
+// Getattr describes the directory.
+func (n *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.f.dirAttr(&out.Attr, dirIno(n.b.name, n.path))
+	return 0
+}
+
+// list returns the directory's entries in the current listing; ENOENT if
+// the directory is no longer there.
+func (n *dirNode) list(ctx context.Context) (dirList, syscall.Errno) {
+	l, err := n.f.listing(ctx, n.b)
+	if err != nil {
+		return nil, errno(ctx, err)
+	}
+	d, ok := l.dirs[n.path]
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	return d, 0
+}
+
+// Getattr describes the file.
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.f.fileAttr(&out.Attr, n.StableAttr().Ino, n.attrs)
+	return 0
+}
+
+// Open opens the file for reading, fetching it into the cache first if
+// needed. Opening for writing fails with EROFS.
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	if hook := n.f.openStart; hook != nil {
+		hook(n.attrs.Object)
+	}
+	h, en := n.f.open(ctx, n.b, n.attrs)
+	if hook := n.f.openDone; hook != nil {
+		hook(n.attrs.Object, en)
+	}
+	if en != 0 {
+		return nil, 0, en
+	}
+	// The bytes never change: keep the kernel's cached pages across opens.
+	// Nothing is written: close(2) need not ask us to flush.
+	return h, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+}
+
+// newDir returns the inode of directory path of bucket b, a child of parent.
+func (f *FS) newDir(ctx context.Context, parent *fs.Inode, b *bucketView, path string, out *fuse.EntryOut) *fs.Inode {
+	ino := dirIno(b.name, path)
+	f.dirAttr(&out.Attr, ino)
+	return parent.NewInode(ctx, &dirNode{f: f, b: b, path: path}, fs.StableAttr{Mode: syscall.S_IFDIR, Ino: ino})
+}
+
+// dirAttr fills in a directory's attributes.
+func (f *FS) dirAttr(out *fuse.Attr, ino uint64) {
+	out.Ino = ino
+	out.Mode = syscall.S_IFDIR | dirMode
+	out.Nlink = 2
+	out.Size = 4096
+	out.Blocks = 8
+	out.Blksize = blockSize
+	out.Uid, out.Gid = f.uid, f.gid
+	t := f.started
+	out.SetTimes(&t, &t, &t)
+}
+
+// fileAttr fills in the attributes of the file holding generation a.
+func (f *FS) fileAttr(out *fuse.Attr, ino uint64, a fetch.Attrs) {
+	out.Ino = ino
+	out.Mode = syscall.S_IFREG | fileMode
+	out.Nlink = 1
+	out.Size = uint64(a.Size)
+	out.Blocks = (uint64(a.Size) + 511) / 512
+	out.Blksize = blockSize
+	out.Uid, out.Gid = f.uid, f.gid
+	t := a.Updated
+	if t.IsZero() { // unknown
+		t = f.started
+	}
+	out.SetTimes(&t, &t, &t)
+}
