@@ -11,6 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
 
 	"github.com/cacheagent/cacheagent/fetch"
 )
@@ -27,6 +30,13 @@ func TestConfigValidation(t *testing.T) {
 		{"nil source", func(c *Config) { c.Source = nil }},
 		{"nil downloader", func(c *Config) { c.Downloader = nil }},
 		{"negative parallelism", func(c *Config) { c.PrefetchParallelism = -1 }},
+		{"no dir at all", func(c *Config) { c.Dir, c.ShmDir = "", "" }},
+		{"max without dir", func(c *Config) { c.ShmDir, c.Dir, c.MaxBytes = c.Dir, "", 1<<20 }},
+		{"negative shm max", func(c *Config) { c.ShmDir, c.ShmMaxBytes = t.TempDir(), -1 }},
+		{"negative window", func(c *Config) { c.PromoteWindow = -time.Second }},
+		{"same dirs", func(c *Config) { c.ShmDir = c.Dir }},
+		{"shm inside dir", func(c *Config) { c.ShmDir = filepath.Join(c.Dir, "data") }},
+		{"dir inside shm", func(c *Config) { c.ShmDir = filepath.Dir(c.Dir) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -61,6 +71,12 @@ func TestConfigValidation(t *testing.T) {
 		if c.cfg.revalidate != DefaultRevalidate || c.cfg.parallelism != DefaultPrefetchParallelism {
 			t.Errorf("revalidate, parallelism = %v, %d; want defaults", c.cfg.revalidate, c.cfg.parallelism)
 		}
+		if c.cfg.promoteHits != DefaultPromoteHits || c.cfg.promoteWindow != DefaultPromoteWindow {
+			t.Errorf("promote hits, window = %d, %v; want defaults", c.cfg.promoteHits, c.cfg.promoteWindow)
+		}
+		if c.hot != nil || c.Stats().Tier != Disk {
+			t.Errorf("a cache without ShmDir has a shm tier")
+		}
 	})
 }
 
@@ -84,7 +100,7 @@ func TestMissThenHit(t *testing.T) {
 	if st.Hits != 2 || st.Misses != 1 || st.Fills != 1 || st.BytesFetched != a.Size || st.Entries != 1 {
 		t.Errorf("Stats() = %+v; want 2 hits, 1 miss, 1 fill of %d bytes, 1 entry", st, a.Size)
 	}
-	if want := roundUp(a.Size, c.bsize); st.UsedBytes != want {
+	if want := roundUp(a.Size, c.base.bsize); st.UsedBytes != want {
 		t.Errorf("UsedBytes = %d; want %d (size rounded up to blocks)", st.UsedBytes, want)
 	}
 	h, err := c.Open(context.Background(), obj("bkt", "dir/obj.bin"))
@@ -151,7 +167,7 @@ func TestRestartReadoptsWithoutDownloads(t *testing.T) {
 	if !reflect.DeepEqual(after, before) {
 		t.Errorf("entries after restart differ:\n got %+v\nwant %+v", after, before)
 	}
-	if e := c2.lru.Front().Value.(*entry); !strings.HasSuffix(e.key, "o/03") {
+	if e := c2.base.lru.Front().Value.(*entry); !strings.HasSuffix(e.key, "o/03") {
 		t.Errorf("most recently used after restart = %q; want o/03", e.key)
 	}
 	for name, data := range want {
@@ -187,6 +203,42 @@ func TestLock(t *testing.T) {
 	}
 }
 
+func TestFormatMigratesVersion1(t *testing.T) {
+	env := newDirEnv(t)
+	dir := t.TempDir()
+	data := pattern(1, 1000)
+	env.put(t, "bkt", "obj", data)
+	c := openCache(t, env.config(dir, 1<<20))
+	openRead(t, c, obj("bkt", "obj"), data)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	putRaw(t, dir, map[string][]byte{string(formatKey): binary.AppendUvarint(nil, 1)})
+	c2 := openCache(t, env.config(dir, 1<<20))
+	openRead(t, c2, obj("bkt", "obj"), data)
+	if n := env.dl.calls.Load(); n != 1 {
+		t.Errorf("downloads after the migration = %d; want 1", n)
+	}
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var ver uint64
+	if err := withIndex(t, dir, func(db *badger.DB) error {
+		return db.View(func(txn *badger.Txn) error {
+			item, err := txn.Get(formatKey)
+			if err != nil {
+				return err
+			}
+			return item.Value(func(v []byte) error { ver, _ = binary.Uvarint(v); return nil })
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ver != formatVersion {
+		t.Errorf("format version after the migration = %d; want %d", ver, formatVersion)
+	}
+}
+
 func TestFormatVersion(t *testing.T) {
 	env := newDirEnv(t)
 	dir := t.TempDir()
@@ -199,7 +251,7 @@ func TestFormatVersion(t *testing.T) {
 	if !errors.Is(err, ErrFormat) {
 		t.Fatalf("Open of a newer index = %v; want ErrFormat", err)
 	}
-	if !strings.Contains(err.Error(), "version 2") {
+	if !strings.Contains(err.Error(), fmt.Sprintf("version %d", formatVersion+1)) {
 		t.Errorf("error %q does not name the version", err)
 	}
 	// The failed Open released the lock.

@@ -105,10 +105,10 @@ func checkIndexMatchesFiles(t *testing.T, c *Cache) {
 	want := map[string]bool{}
 	for _, e := range c.Entries("bkt", "") {
 		a := e.Attrs
-		want[rel(t, c.lay.root, c.lay.path(idOf(a.Bucket, a.Name, a.Generation)))] = true
+		want[rel(t, c.base.lay.root, c.base.lay.path(idOf(a.Bucket, a.Name, a.Generation)))] = true
 	}
 	got := map[string]bool{}
-	for _, f := range dataFiles(t, c.lay.root) {
+	for _, f := range dataFiles(t, c.base.lay.root) {
 		got[f] = true
 	}
 	if !reflect.DeepEqual(got, want) {

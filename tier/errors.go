@@ -18,6 +18,9 @@ var (
 	ErrClosed = errors.New("tier: closed")
 	// ErrFormat means the index on disk has a format this build cannot read.
 	ErrFormat = errors.New("tier: unsupported index format")
+	// ErrNoShm means an operation on the shm tier (Promote, PinHot,
+	// Demote) was asked of a cache configured without one.
+	ErrNoShm = errors.New("tier: no shm tier configured")
 )
 
 // LockedError is returned by Open when another process holds the cache

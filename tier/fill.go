@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -92,10 +93,6 @@ func (c *Cache) runFill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (f
 	if e := c.findFile(a.Object); e != nil {
 		return fillResult{e: e}, nil
 	}
-	id := idOf(a.Bucket, a.Name, a.Generation)
-	if err := c.awaitDeletion(ctx, id); err != nil {
-		return fillResult{}, fmt.Errorf("tier: fill %s: %w", a.Object, err)
-	}
 	e, err := c.fill(ctx, a, u)
 	if err != nil {
 		return fillResult{}, err
@@ -103,41 +100,46 @@ func (c *Cache) runFill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (f
 	return fillResult{e: e, fetched: a.Size}, nil
 }
 
-// findFile returns the live or zombie entry holding o's generation, if any.
+// findFile returns the live entry, or the zombie that may still be served,
+// holding o's generation, if any. Doomed zombies are never served: a fill
+// replaces their file (see claim).
 func (c *Cache) findFile(o fetch.Object) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[indexKey(o.Bucket, o.Name)]; e != nil && e.rec.gen == o.Generation {
 		return e
 	}
-	return c.zombies[idOf(o.Bucket, o.Name, o.Generation)]
+	if z := c.base.zombies[idOf(o.Bucket, o.Name, o.Generation)]; z != nil && !z.doomed {
+		return z
+	}
+	return nil
 }
 
 // fill reserves space, downloads a into a new file, publishes and indexes
 // it. If the filesystem is full it evicts to make room and tries once more.
 func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*entry, error) {
-	need := roundUp(a.Size, c.bsize)
+	need := roundUp(a.Size, c.base.bsize)
 	if err := c.reserve(ctx, need, a.Object); err != nil {
 		return nil, err
 	}
-	blocks, err := c.download(ctx, a, u)
+	fi, err := c.download(ctx, a, u)
 	if errors.Is(err, syscall.ENOSPC) {
 		freed, ferr := c.freeDisk(need)
 		switch {
 		case ferr != nil:
 			err = errors.Join(err, ferr)
 		case freed:
-			blocks, err = c.download(ctx, a, u)
+			fi, err = c.download(ctx, a, u)
 		default:
 			err = fmt.Errorf("%w (evicting everything unused would not free enough)", err)
 		}
 	}
 	if err == nil {
 		var e *entry
-		if e, err = c.commit(a, blocks, need); err == nil {
+		if e, err = c.commit(a, fi, need); err == nil {
 			return e, nil
 		}
-		if rerr := os.Remove(c.lay.path(idOf(a.Bucket, a.Name, a.Generation))); rerr != nil {
+		if rerr := os.Remove(c.base.path(idOf(a.Bucket, a.Name, a.Generation))); rerr != nil {
 			c.cfg.log.Warn("tier: remove unindexed file", "object", a.Object.String(), "err", rerr)
 		}
 	}
@@ -150,18 +152,24 @@ func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*ent
 
 // download writes a into a temp file, fsyncs it, renames it into place and
 // fsyncs the directory: the data file either is complete or does not exist.
-// It returns the blocks the file occupies.
-func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (int64, error) {
-	f, err := os.CreateTemp(c.lay.tmp, "*"+tmpSuffix)
+// It returns the file's stat.
+func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (fs.FileInfo, error) {
+	f, err := os.CreateTemp(c.base.lay.tmp, "*"+tmpSuffix)
 	if err != nil {
-		return 0, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	tmp := f.Name()
 	fi, err := c.writeTemp(ctx, f, a, u)
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("tier: fill %s: close: %w", a.Object, cerr)
 	}
-	final := c.lay.path(idOf(a.Bucket, a.Name, a.Generation))
+	id := idOf(a.Bucket, a.Name, a.Generation)
+	final := c.base.path(id)
+	if err == nil {
+		if err = c.claim(ctx, c.base, id); err != nil {
+			err = fmt.Errorf("tier: fill %s: %w", a.Object, err)
+		}
+	}
 	if err == nil {
 		if err = os.Rename(tmp, final); err != nil {
 			err = fmt.Errorf("tier: fill %s: publish: %w", a.Object, err)
@@ -169,19 +177,19 @@ func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return 0, err
+		return nil, err
 	}
 	if err := syncDir(filepath.Dir(final)); err != nil {
 		os.Remove(final)
-		return 0, fmt.Errorf("tier: fill %s: %w", a.Object, err)
+		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
-	return blocksOf(fi), nil
+	return fi, nil
 }
 
 // writeTemp allocates, downloads and fsyncs one temp file and returns its
 // final stat.
 func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fetch.Urgency) (os.FileInfo, error) {
-	if err := c.allocate(f, a.Size); err != nil {
+	if err := c.allocate(f, a.Size, c.base); err != nil {
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	if a.Size > 0 {
@@ -202,11 +210,11 @@ func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fet
 	return fi, nil
 }
 
-// allocate checks that the filesystem keeps its headroom after size more
+// allocate checks that st's filesystem keeps its headroom after size more
 // bytes and allocates them up front (without changing the file's size), so
 // a full disk shows up here as ENOSPC rather than mid-download, and the
 // index's mmapped files never meet a full filesystem.
-func (c *Cache) allocate(f *os.File, size int64) error {
+func (c *Cache) allocate(f *os.File, size int64, s *store) error {
 	if size == 0 {
 		return nil
 	}
@@ -216,10 +224,10 @@ func (c *Cache) allocate(f *os.File, size int64) error {
 	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("statfs: %w", err)
 	}
-	need := roundUp(size, c.bsize)
-	if avail := fsInfoOf(&st).avail; avail-need < c.headroom {
-		return fmt.Errorf("allocate %d bytes: %d available and %d kept free for the index: %w",
-			need, avail, c.headroom, syscall.ENOSPC)
+	need := roundUp(size, s.bsize)
+	if avail := fsInfoOf(&st).avail; avail-need < s.headroom {
+		return fmt.Errorf("allocate %d bytes: %d available and %d kept free: %w",
+			need, avail, s.headroom, syscall.ENOSPC)
 	}
 	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
@@ -234,16 +242,17 @@ func (c *Cache) allocate(f *os.File, size int64) error {
 // commit indexes a freshly published file and makes it live, replacing the
 // name's previous generation (kept as a zombie while handles use it) and
 // turning the reservation into used space.
-func (c *Cache) commit(a fetch.Attrs, blocks, reservation int64) (*entry, error) {
-	e := newEntry(a, blocks, time.Now().UnixNano())
+func (c *Cache) commit(a fetch.Attrs, fi fs.FileInfo, reservation int64) (*entry, error) {
+	now := time.Now().UnixNano()
+	e := newEntry(c.base, a, blocksOf(fi), identOfInfo(fi), now)
 	c.idxMu.Lock()
 	if c.idxClosed {
 		c.idxMu.Unlock()
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	if old := c.entries[e.key]; old != nil {
-		e.rec.pinned = old.rec.pinned // a pin outlives generations
+	if old := c.entries[e.key]; old != nil { // pins outlive generations
+		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
 	}
 	c.mu.Unlock()
 	if err := c.idx.put(e.key, e.rec); err != nil {
@@ -252,20 +261,23 @@ func (c *Cache) commit(a fetch.Attrs, blocks, reservation int64) (*entry, error)
 	}
 	c.mu.Lock()
 	var dead []*entry
-	if old := c.entries[e.key]; old != nil && c.dropLocked(old) {
-		dead = append(dead, old)
+	if old := c.entries[e.key]; old != nil {
+		dead = c.dropLocked(old, false, dead)
 	}
 	c.installLocked(e)
-	c.reserved -= reservation
+	c.base.reserved -= reservation
 	c.stats.fills++
 	c.stats.bytesFetched += a.Size
 	// The file may occupy more blocks than reserved (metadata blocks).
-	over, _ := c.lruVictimsLocked(c.used+c.reserved-c.maxBytes, e)
-	c.evictLocked(over)
-	c.signalLocked()
+	over, _ := c.base.lruVictimsLocked(c.base.used+c.base.reserved-c.base.maxBytes, e)
+	dead = c.evictLocked(over, dead)
+	c.base.signalLocked()
+	if e.rec.hotPin { // the pin carried over from the old generation
+		c.queuePromoteLocked(e)
+	}
 	c.mu.Unlock()
 	c.deleteRecords(over)
 	c.idxMu.Unlock()
-	c.removeFiles(append(dead, over...))
+	c.removeFiles(dead)
 	return e, nil
 }

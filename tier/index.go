@@ -12,8 +12,14 @@ import (
 )
 
 // formatVersion is the version of the index's on-disk format (see the package
-// doc). Bump it when the key or record encoding changes incompatibly.
-const formatVersion = 1
+// doc). Bump it when the key or record encoding changes incompatibly, and
+// teach checkFormat to migrate the older versions it can.
+//
+// Version 2 added the record flags flagShm and flagHotPin. A version 1 index
+// is a valid version 2 index (it never sets them), so migrating it only
+// restamps the version; an older build then refuses the index with ErrFormat
+// instead of dropping the entries whose flags it does not know.
+const formatVersion = 2
 
 // formatKey holds the format version as a uvarint. Meta keys start with NUL,
 // which no entry key does (buckets are non-empty and contain no NUL).
@@ -27,6 +33,8 @@ type record struct {
 	crc     uint32
 	hasCRC  bool
 	pinned  bool
+	inShm   bool  // a copy is in the shm tier (two-tier mode)
+	hotPin  bool  // pinned in the shm tier too (implies pinned)
 	updated int64 // unix ns; 0 if unknown
 	checked int64 // unix ns of the last Stat that confirmed gen
 	access  int64 // unix ns of the last use
@@ -36,10 +44,12 @@ type record struct {
 const (
 	flagCRC    = 1 << 0
 	flagPinned = 1 << 1
-	flagsKnown = flagCRC | flagPinned
+	flagShm    = 1 << 2 // format version 2
+	flagHotPin = 1 << 3 // format version 2
+	flagsKnown = flagCRC | flagPinned | flagShm | flagHotPin
 )
 
-// appendRecord appends r's encoding: flags byte, varint gen, uvarint size,
+// appendRecord appends r's encoding: flags byte (see the flag bits), varint gen, uvarint size,
 // uvarint blocks, 4-byte little-endian CRC32C (only if flagCRC), varint
 // updated, varint checked, varint access.
 func appendRecord(b []byte, r record) []byte {
@@ -49,6 +59,12 @@ func appendRecord(b []byte, r record) []byte {
 	}
 	if r.pinned {
 		flags |= flagPinned
+	}
+	if r.inShm {
+		flags |= flagShm
+	}
+	if r.hotPin {
+		flags |= flagHotPin
 	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, r.gen)
@@ -73,6 +89,10 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	d := decoder{b: b[1:]}
 	r.hasCRC, r.pinned = b[0]&flagCRC != 0, b[0]&flagPinned != 0
+	r.inShm, r.hotPin = b[0]&flagShm != 0, b[0]&flagHotPin != 0
+	if r.hotPin && !r.pinned {
+		return record{}, errBadRecord
+	}
 	r.gen = d.varint()
 	size, blocks := d.uvarint(), d.uvarint()
 	if r.hasCRC {
@@ -161,20 +181,21 @@ func openIndex(dir string, log *slog.Logger) (*index, error) {
 		return nil, fmt.Errorf("tier: open index %s: %w", dir, err)
 	}
 	x := &index{db: db}
-	if err := x.checkFormat(); err != nil {
+	if err := x.checkFormat(log); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return x, nil
 }
 
-// checkFormat stamps a new index with formatVersion and refuses one written
-// by a newer (or unknown) format.
-func (x *index) checkFormat() error {
+// checkFormat stamps a new index with formatVersion, migrates an older
+// version it knows, and refuses one written by a newer (or unknown) format.
+func (x *index) checkFormat(log *slog.Logger) error {
 	return x.db.Update(func(txn *badger.Txn) error {
+		stamp := binary.AppendUvarint(nil, formatVersion)
 		item, err := txn.Get(formatKey)
 		if errors.Is(err, badger.ErrKeyNotFound) {
-			return txn.Set(formatKey, binary.AppendUvarint(nil, formatVersion))
+			return txn.Set(formatKey, stamp)
 		}
 		if err != nil {
 			return fmt.Errorf("tier: read index format: %w", err)
@@ -184,11 +205,14 @@ func (x *index) checkFormat() error {
 			return fmt.Errorf("tier: read index format: %w", err)
 		}
 		ver, n := binary.Uvarint(v)
-		if n <= 0 || n != len(v) {
+		switch {
+		case n <= 0 || n != len(v):
 			return fmt.Errorf("%w: unreadable version %x", ErrFormat, v)
-		}
-		if ver != formatVersion {
-			return fmt.Errorf("%w: index has format version %d, this build reads version %d",
+		case ver == 1: // its records are valid version 2 records
+			log.Info("tier: migrating the index format", "from", ver, "to", formatVersion)
+			return txn.Set(formatKey, stamp)
+		case ver != formatVersion:
+			return fmt.Errorf("%w: index has format version %d, this build reads versions 1 and %d",
 				ErrFormat, ver, formatVersion)
 		}
 		return nil

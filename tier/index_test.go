@@ -14,6 +14,8 @@ func TestRecordRoundTrip(t *testing.T) {
 			updated: 1700000000000000000, checked: 1700000000000000001, access: 1700000000000000002},
 		{gen: math.MaxInt64, size: 1 << 62, blocks: 1 << 62, pinned: true, crc: 0, hasCRC: true},
 		{gen: -5, updated: -1, checked: math.MinInt64, access: math.MaxInt64, pinned: true},
+		{gen: 9, size: 10, blocks: 4096, inShm: true},
+		{gen: 9, size: 10, blocks: 4096, pinned: true, hotPin: true, inShm: true},
 	}
 	for _, r := range tests {
 		b := appendRecord(nil, r)
@@ -32,6 +34,7 @@ func TestDecodeRecordRejectsGarbage(t *testing.T) {
 	tests := map[string][]byte{
 		"empty":          nil,
 		"unknown flag":   append([]byte{0x80}, good[1:]...),
+		"hot pin alone":  append([]byte{good[0] | flagHotPin}, good[1:]...),
 		"truncated":      good[:len(good)-1],
 		"truncated crc":  good[:6],
 		"trailing bytes": append(append([]byte{}, good...), 0),

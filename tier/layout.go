@@ -86,26 +86,45 @@ func checkObject(o fetch.Object) error {
 	return nil
 }
 
-// layout holds the paths of one cache directory. Immutable.
+// layout holds the paths of one tier's directory. Immutable.
 type layout struct {
-	root  string // Config.Dir, absolute
+	root  string // the tier's directory, absolute
 	data  string // root/data: 256 subdirectories 00..ff and tmp
 	tmp   string // root/data/tmp: files being filled
-	index string // root/index: badger
+	index string // root/index: badger; "" for the hot tier, which has none
 }
 
+// newLayout returns the layout of the base tier's directory root.
 func newLayout(root string) layout {
+	l := newHotLayout(root)
+	l.index = filepath.Join(root, indexName)
+	return l
+}
+
+// newHotLayout returns the layout of the hot tier's directory root: data
+// files only, no index.
+func newHotLayout(root string) layout {
 	data := filepath.Join(root, dataName)
-	return layout{root: root, data: data, tmp: filepath.Join(data, tmpName), index: filepath.Join(root, indexName)}
+	return layout{root: root, data: data, tmp: filepath.Join(data, tmpName)}
+}
+
+// subdirs returns the 256 data subdirectories.
+func (l layout) subdirs() []string {
+	dirs := make([]string, 256)
+	for i := range dirs {
+		dirs[i] = filepath.Join(l.data, fmt.Sprintf("%02x", i))
+	}
+	return dirs
 }
 
 // create makes the directories that are missing and syncs the new ones'
 // parents.
 func (l layout) create() error {
-	dirs := []string{l.data, l.tmp, l.index}
-	for i := range 256 {
-		dirs = append(dirs, filepath.Join(l.data, fmt.Sprintf("%02x", i)))
+	dirs := []string{l.data, l.tmp}
+	if l.index != "" {
+		dirs = append(dirs, l.index)
 	}
+	dirs = append(dirs, l.subdirs()...)
 	created := false
 	for _, d := range dirs {
 		err := os.Mkdir(d, 0o755)
@@ -155,6 +174,64 @@ func blocksOf(fi fs.FileInfo) int64 {
 	return fi.Size()
 }
 
+// errChanged means a data file is not the one the cache published: it was
+// deleted, replaced, truncated or written to behind the cache's back.
+var errChanged = errors.New("tier: cached file changed behind the cache's back")
+
+// fileIdent identifies the data file a copy published: a file with another
+// inode, size or modification time is not it. Immutable.
+type fileIdent struct {
+	ino   uint64
+	size  int64
+	mtime int64 // unix ns
+}
+
+// identOf returns the identity of a file from its stat.
+func identOf(st *syscall.Stat_t) fileIdent {
+	return fileIdent{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+}
+
+// identOfInfo returns the identity of a file from its FileInfo.
+func identOfInfo(fi fs.FileInfo) fileIdent {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return identOf(st)
+	}
+	return fileIdent{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+}
+
+// matches returns nil if st is the file id names, else an error wrapping
+// errChanged.
+func (id fileIdent) matches(st *syscall.Stat_t) error {
+	got := identOf(st)
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || got != id {
+		return fmt.Errorf("%w: size %d, inode %d, mtime %d; published with size %d, inode %d, mtime %d",
+			errChanged, got.size, got.ino, got.mtime, id.size, id.ino, id.mtime)
+	}
+	return nil
+}
+
+// checkFile checks an open file against id with one fstat.
+func (id fileIdent) checkFile(f *os.File) error {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("fstat %s: %w", f.Name(), err)
+	}
+	return id.matches(&st)
+}
+
+// checkPath checks the file at p against id without following links; a
+// missing file is changed.
+func (id fileIdent) checkPath(p string) error {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("%w: %s is gone", errChanged, p)
+		}
+		return fmt.Errorf("lstat %s: %w", p, err)
+	}
+	return id.matches(&st)
+}
+
 // roundUp rounds n up to a multiple of b (b > 0).
 func roundUp(n, b int64) int64 { return (n + b - 1) / b * b }
 
@@ -180,6 +257,11 @@ func fsInfoOf(st *unix.Statfs_t) fsInfo {
 		bs = 4096
 	}
 	return fsInfo{blockSize: bs, size: int64(st.Blocks) * bs, avail: int64(st.Bavail) * bs}
+}
+
+// budgetOf returns share of the filesystem's size, in whole blocks.
+func budgetOf(fsi fsInfo, share float64) int64 {
+	return int64(float64(fsi.size)*share) / fsi.blockSize * fsi.blockSize
 }
 
 // headroomFor is the free space a fill must leave on a filesystem of the

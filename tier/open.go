@@ -64,16 +64,23 @@ type lookupState int
 
 const (
 	miss  lookupState = iota
-	hit               // the entry is acquired
+	hit               // a copy is acquired
 	stale             // cached, but the generation must be confirmed first
 )
 
+// grant is a copy acquired for a new handle and the stale flag the handle
+// reports.
+type grant struct {
+	cp    *entry
+	stale *atomic.Bool
+}
+
 // openOnce is one attempt of Open.
 func (c *Cache) openOnce(ctx context.Context, o fetch.Object, reval time.Duration) (*Handle, error) {
-	e, gen, state := c.lookup(o, reval)
+	g, gen, state := c.lookup(o, reval)
 	switch state {
 	case hit:
-		return c.newHandle(e)
+		return c.newHandle(g)
 	case stale:
 		return c.revalidate(ctx, o, gen)
 	}
@@ -84,36 +91,46 @@ func (c *Cache) openOnce(ctx context.Context, o fetch.Object, reval time.Duratio
 	return c.fetchAndOpen(ctx, o, a)
 }
 
-// lookup finds o in memory. On a hit it acquires the entry.
-func (c *Cache) lookup(o fetch.Object, reval time.Duration) (*entry, int64, lookupState) {
+// lookup finds o in memory. On a hit it acquires the best copy.
+func (c *Cache) lookup(o fetch.Object, reval time.Duration) (grant, int64, lookupState) {
 	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[indexKey(o.Bucket, o.Name)]
 	if o.Generation != 0 {
-		// A generation's bytes never change: no revalidation.
+		// A generation's bytes never change: no revalidation. A zombie
+		// still holding it is served unless doomed.
 		if e == nil || e.rec.gen != o.Generation {
-			e = c.zombies[idOf(o.Bucket, o.Name, o.Generation)]
+			e = c.base.zombies[idOf(o.Bucket, o.Name, o.Generation)]
 		}
-		if e == nil {
-			return nil, 0, miss
+		if e == nil || e.doomed {
+			return grant{}, 0, miss
 		}
 	} else if e == nil {
-		return nil, 0, miss
+		return grant{}, 0, miss
 	} else if reval >= 0 && now-e.rec.checked >= int64(reval) {
-		return nil, e.rec.gen, stale
+		return grant{}, e.rec.gen, stale
 	}
-	c.acquireLocked(e, now)
 	c.stats.hits++
-	return e, e.rec.gen, hit
+	return c.acquireLocked(e, now), e.rec.gen, hit
 }
 
-// acquireLocked takes a handle's reference on e and records the use.
-func (c *Cache) acquireLocked(e *entry, now int64) {
-	e.refs++
+// acquireLocked takes a handle's reference on the best copy of base entry
+// e (its live hot copy if it has one) and records the use, which may queue
+// a promotion.
+func (c *Cache) acquireLocked(e *entry, now int64) grant {
+	cp := e
 	if e.state == live {
 		c.touchLocked(e, now)
+		if e.hot != nil {
+			cp = e.hot
+			c.stats.shmHits++
+		} else {
+			c.notePromoteLocked(e, now)
+		}
 	}
+	cp.refs++
+	return grant{cp: cp, stale: cp.stale}
 }
 
 // revalidate checks a cached generation against the source.
@@ -145,8 +162,9 @@ func (c *Cache) openGen(o fetch.Object, gen int64, confirmed bool) (*Handle, err
 	c.mu.Lock()
 	e := c.entries[indexKey(o.Bucket, o.Name)]
 	ok := e != nil && e.rec.gen == gen
+	var g grant
 	if ok {
-		c.acquireLocked(e, now)
+		g = c.acquireLocked(e, now)
 		c.stats.hits++
 		if confirmed {
 			e.rec.checked = now
@@ -156,7 +174,7 @@ func (c *Cache) openGen(o fetch.Object, gen int64, confirmed bool) (*Handle, err
 	if !ok {
 		return nil, retryError{fmt.Errorf("tier: open %s: entry changed during revalidation", o)}
 	}
-	return c.newHandle(e)
+	return c.newHandle(g)
 }
 
 // fetchAndOpen fills the cache with a (a demand fetch) and opens it.
@@ -172,15 +190,16 @@ func (c *Cache) fetchAndOpen(ctx context.Context, o fetch.Object, a fetch.Attrs)
 		return nil, err
 	}
 	c.mu.Lock()
-	ok := r.e.state != gone
+	ok := r.e.state != gone && !r.e.doomed
+	var g grant
 	if ok {
-		c.acquireLocked(r.e, time.Now().UnixNano())
+		g = c.acquireLocked(r.e, time.Now().UnixNano())
 	}
 	c.mu.Unlock()
 	if !ok {
 		return nil, retryError{fmt.Errorf("tier: open %s: evicted before it could be opened: %w", o, ErrNoSpace)}
 	}
-	return c.newHandle(r.e)
+	return c.newHandle(g)
 }
 
 // dropGen removes the entry of bucket/name if it still holds generation gen.
@@ -195,9 +214,7 @@ func (c *Cache) dropGen(bucket, name string, gen int64) {
 	var dropped, dead []*entry
 	if e != nil && e.rec.gen == gen {
 		dropped = []*entry{e}
-		if c.dropLocked(e) {
-			dead = dropped
-		}
+		dead = c.dropLocked(e, false, nil)
 	}
 	c.mu.Unlock()
 	c.deleteRecords(dropped)
@@ -205,33 +222,84 @@ func (c *Cache) dropGen(bucket, name string, gen int64) {
 	c.removeFiles(dead)
 }
 
-// newHandle opens the file of acquired entry e.
-func (c *Cache) newHandle(e *entry) (*Handle, error) {
-	a := e.attrs() // immutable fields only
-	p := c.lay.path(e.id)
+// dropDamaged drops live copy cp, whose file was found deleted or changed
+// behind the cache's back: a hot copy is demoted (the entry serves from its
+// base copy again), a base entry leaves the cache. Either is doomed: its
+// file is deleted once no handle uses it, and the next use fetches (or
+// promotes) it again. It reports whether cp was still live.
+func (c *Cache) dropDamaged(cp *entry) bool {
+	c.idxMu.Lock()
+	if c.idxClosed {
+		c.idxMu.Unlock()
+		return false
+	}
+	c.mu.Lock()
+	var dropped, dead []*entry
+	ok := cp.state == live
+	switch {
+	case !ok:
+	case cp.owner != nil:
+		dead = c.unhotLocked(cp.owner, nil)
+	default:
+		dropped = []*entry{cp}
+		dead = c.dropLocked(cp, true, nil)
+	}
+	if ok {
+		c.stats.damaged++
+	}
+	c.mu.Unlock()
+	c.deleteRecords(dropped)
+	c.idxMu.Unlock()
+	c.removeFiles(dead)
+	return ok
+}
+
+// newHandle opens the file of acquired copy g.cp and checks with one fstat
+// that it is the file the cache published: a copy deleted, truncated or
+// replaced behind the cache's back is dropped, never served, and the Open
+// tries again (from disk, or with a fresh download).
+func (c *Cache) newHandle(g grant) (*Handle, error) {
+	e := g.cp
+	a := e.attrs()
+	p := e.st.path(e.id)
 	f, err := os.Open(p)
+	if err == nil {
+		if err = e.ident.checkFile(f); err != nil {
+			f.Close()
+		}
+	}
 	if err != nil {
 		c.release(e)
-		if errors.Is(err, fs.ErrNotExist) { // removed behind our back: fetch again
-			c.cfg.log.Warn("tier: cached file vanished", "object", a.Object.String(), "path", p)
-			c.dropGen(a.Bucket, a.Name, a.Generation)
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errChanged) {
+			c.cfg.log.Warn("tier: cached file vanished or changed; dropping it", "object", a.Object.String(),
+				"path", p, "err", err)
+			c.dropDamaged(e)
 			return nil, retryError{fmt.Errorf("tier: open %s: %w", a.Object, err)}
 		}
 		return nil, fmt.Errorf("tier: open %s: %w", a.Object, err)
 	}
-	return &Handle{c: c, e: e, f: f, attrs: a, path: p}, nil
+	return &Handle{c: c, e: e, f: f, attrs: a, path: p, stale: g.stale}, nil
 }
 
 // release drops a handle's reference; the last one on a zombie deletes its
-// file (unless the cache is closed: the next Open removes it as an orphan).
+// file (unless a newer copy took over its path, or the cache is closed: the
+// next Open removes it as an orphan).
 func (c *Cache) release(e *entry) {
 	c.mu.Lock()
 	e.refs--
-	dead := e.refs == 0 && e.state == zombie && !c.closed
-	if dead {
-		delete(c.zombies, e.id)
-		c.buryLocked(e)
-		c.running.Add(1)
+	var dead bool
+	if e.refs == 0 && e.state == zombie && !c.closed {
+		if e.detached {
+			delete(e.st.detached, e)
+			e.state = gone
+			e.st.used -= e.rec.blocks
+			e.st.signalLocked()
+		} else {
+			delete(e.st.zombies, e.id)
+			c.buryLocked(e)
+			c.running.Add(1)
+			dead = true
+		}
 	}
 	c.mu.Unlock()
 	if dead {
@@ -241,15 +309,18 @@ func (c *Cache) release(e *entry) {
 }
 
 // Handle is an open cached object: one generation's bytes in a file of the
-// disk tier. While any handle on it is open, the file is neither evicted nor
-// deleted (even if a newer generation replaces it). ReadAt is safe for
-// concurrent use; Close must be called once.
+// shm tier (when the object has a copy there) or of the disk tier. While
+// any handle on it is open, the file is neither evicted nor deleted (even
+// if a newer generation replaces it, or it is evicted or demoted: it is
+// then deleted at the last Close). ReadAt is safe for concurrent use; Close
+// must be called once.
 type Handle struct {
 	c      *Cache
-	e      *entry
+	e      *entry // the copy: a base entry or a hot copy
 	f      *os.File
 	attrs  fetch.Attrs
 	path   string
+	stale  *atomic.Bool
 	closed atomic.Bool
 }
 
@@ -259,22 +330,27 @@ var _ io.ReaderAt = (*Handle)(nil)
 func (h *Handle) Attrs() fetch.Attrs { return h.attrs }
 
 // Path returns the cached file's path, valid until Close. The file must not
-// be modified.
+// be modified. If the copy leaves the cache and the same generation is
+// cached again, the path may name the new copy: the same bytes.
 func (h *Handle) Path() string { return h.path }
+
+// Tier returns the tier of the handle's file: Shm or Disk.
+func (h *Handle) Tier() string { return h.e.st.name }
 
 // Size returns the object's size in bytes.
 func (h *Handle) Size() int64 { return h.attrs.Size }
 
-// Stale reports whether the cache has stopped serving this copy (it was
-// replaced by a newer generation, evicted or dropped). The handle stays
-// readable until Close; a holder that caches handles should open again to
-// get the current copy. Stale costs one atomic load.
-func (h *Handle) Stale() bool { return h.e.stale.Load() }
+// Stale reports whether the cache would now give a different copy to a new
+// Open: a better one (the object was promoted to the shm tier), a newer
+// generation, or none (the copy was evicted, demoted or dropped). The
+// handle stays readable until Close; a holder that caches handles should
+// open again to get the current copy. Stale costs one atomic load.
+func (h *Handle) Stale() bool { return h.stale.Load() }
 
 // ReadAt implements io.ReaderAt over the cached file.
 func (h *Handle) ReadAt(p []byte, off int64) (int, error) { return h.f.ReadAt(p, off) }
 
-// Close closes the file and releases the entry. A second Close returns an
+// Close closes the file and releases the copy. A second Close returns an
 // error matching ErrClosed.
 func (h *Handle) Close() error {
 	if !h.closed.CompareAndSwap(false, true) {

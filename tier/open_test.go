@@ -330,7 +330,7 @@ func TestGenerationChangedDuringDownload(t *testing.T) {
 	if n := env.dl.calls.Load(); n != 2 {
 		t.Errorf("downloads = %d; want 2 (the first failed with a changed generation)", n)
 	}
-	if files := dataFiles(t, c.lay.root); len(files) != 1 {
+	if files := dataFiles(t, c.base.lay.root); len(files) != 1 {
 		t.Errorf("data files = %q; want 1", files)
 	}
 	checkInvariants(t, c)

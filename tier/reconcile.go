@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -22,23 +23,24 @@ const scanWorkers = 4
 type found struct {
 	e      *entry
 	blocks int64
+	ident  fileIdent
 }
 
 // dirScan is what reconcile found in one data subdirectory.
 type dirScan struct {
-	found    []found
-	orphans  int      // files removed because no record names them
-	mismatch []*entry // records whose file had the wrong size or type (file removed)
+	found   []found
+	orphans int // files removed because no record names them
 }
 
 // reconcile makes the index and the data files agree before the cache is
 // used: temp files are removed; files no record names (orphans) are
 // removed; records whose file is missing or has the wrong size are dropped
 // (with the file). What is left is adopted without being downloaded again.
-// Runs before the Cache is shared.
+// Then the same for the shm tier, whose files are adopted only for records
+// that say so. Runs before the Cache is shared.
 func (c *Cache) reconcile(ctx context.Context) error {
 	start := time.Now()
-	temps, err := c.clearTemp()
+	temps, err := c.base.clearTemp()
 	if err != nil {
 		return err
 	}
@@ -46,55 +48,114 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	scans, err := c.scanData(ctx, expected)
+	adopt, orphans, drop, err := c.scanTier(ctx, c.base, expected)
 	if err != nil {
 		return err
 	}
-	var adopt []found
-	orphans := 0
-	drop := bad
-	for _, s := range scans {
-		adopt = append(adopt, s.found...)
-		orphans += s.orphans
-		for _, e := range s.mismatch {
-			drop = append(drop, e.key)
-			delete(expected, e.id)
-		}
-	}
-	for _, f := range adopt {
-		delete(expected, f.e.id)
-	}
-	for _, e := range expected { // records without a file
-		drop = append(drop, e.key)
-	}
+	drop = append(drop, bad...)
 	if err := c.idx.deleteBatch(drop); err != nil {
 		return err
 	}
 	c.adopt(adopt)
+	var hot hotReconcile
+	if c.hot != nil {
+		if hot, err = c.reconcileHot(ctx); err != nil {
+			return err
+		}
+	}
 	over := c.trim()
+	if c.hot != nil {
+		c.trimHot()
+	}
 	st := c.Stats()
-	c.cfg.log.Info("tier: cache opened", "dir", c.lay.root, "entries", st.Entries, "used", st.UsedBytes,
-		"max", st.MaxBytes, "temp_removed", temps, "orphans_removed", orphans, "records_dropped", len(drop),
-		"evicted_over_budget", st.Evictions, "took", time.Since(start).Round(time.Millisecond))
+	c.cfg.log.Info("tier: cache opened", "dir", c.base.lay.root, "tier", c.base.name, "entries", st.Entries,
+		"used", st.UsedBytes, "max", st.MaxBytes, "temp_removed", temps, "orphans_removed", orphans,
+		"records_dropped", len(drop), "evicted_over_budget", st.Evictions,
+		"shm_entries", st.ShmEntries, "shm_used", st.ShmUsedBytes, "shm_temp_removed", hot.temps,
+		"shm_orphans_removed", hot.orphans, "shm_copies_lost", hot.lost,
+		"took", time.Since(start).Round(time.Millisecond))
 	if over > 0 {
 		c.cfg.log.Warn("tier: pinned entries exceed the budget", "over", over)
 	}
 	return nil
 }
 
-// clearTemp removes everything in the temp directory: fills interrupted by
-// a crash.
-func (c *Cache) clearTemp() (int, error) {
-	des, err := os.ReadDir(c.lay.tmp)
+// scanTier checks the data files of st against expected: it returns the
+// files to adopt, the number of orphans removed, and the keys of expected
+// entries whose file is missing or wrong (and removed). It empties
+// expected.
+func (c *Cache) scanTier(ctx context.Context, st *store, expected map[fileID]*entry) (
+	adopt []found, orphans int, missing []string, err error) {
+	scans, err := c.scanData(ctx, st.lay, expected)
 	if err != nil {
-		return 0, fmt.Errorf("tier: reconcile: %w", err)
+		return nil, 0, nil, err
 	}
-	for _, de := range des {
-		if err := os.RemoveAll(filepath.Join(c.lay.tmp, de.Name())); err != nil {
-			return 0, fmt.Errorf("tier: reconcile: remove temp file: %w", err)
+	n := 0
+	for _, s := range scans {
+		n += len(s.found)
+	}
+	adopt = make([]found, 0, n)
+	for _, s := range scans {
+		adopt = append(adopt, s.found...)
+		orphans += s.orphans
+	}
+	for _, f := range adopt {
+		delete(expected, f.e.id)
+	}
+	for id, e := range expected { // records without a (good) file
+		missing = append(missing, e.key)
+		delete(expected, id)
+	}
+	return adopt, orphans, missing, nil
+}
+
+// hotReconcile is what reconcileHot did, for the start-up log.
+type hotReconcile struct {
+	temps, orphans, lost int
+}
+
+// reconcileHot adopts the shm files of entries whose record says they are
+// in shm and whose file has their size; it removes every other file there,
+// and clears the flag of records whose shm copy is gone (a reboot cleared
+// the tmpfs, or the copy was damaged).
+func (c *Cache) reconcileHot(ctx context.Context) (hotReconcile, error) {
+	var r hotReconcile
+	var err error
+	if r.temps, err = c.hot.clearTemp(); err != nil {
+		return r, err
+	}
+	stray := filepath.Join(c.hot.lay.root, indexName)
+	if _, err := os.Lstat(stray); err == nil { // left by a shm-only cache
+		c.cfg.log.Warn("tier: removing the index of a former shm-only cache", "dir", stray)
+		if err := os.RemoveAll(stray); err != nil {
+			return r, fmt.Errorf("tier: reconcile shm: %w", err)
 		}
 	}
-	return len(des), nil
+	expected := make(map[fileID]*entry)
+	c.mu.Lock()
+	for _, e := range c.entries {
+		if e.rec.inShm {
+			expected[e.id] = e
+		}
+	}
+	c.mu.Unlock()
+	adopt, orphans, lost, err := c.scanTier(ctx, c.hot, expected)
+	if err != nil {
+		return r, err
+	}
+	r.orphans, r.lost = orphans, len(lost)
+	sortByAccess(adopt)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, key := range lost {
+		e := c.entries[key]
+		e.rec.inShm = false
+		e.dirty = true
+	}
+	for _, f := range adopt {
+		c.installHotLocked(f.e, c.newHotCopyLocked(f.e, f.blocks, f.ident))
+	}
+	return r, nil
 }
 
 // loadIndex reads every record into an entry, keyed by file id. bad lists
@@ -111,7 +172,10 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []string, error) {
 			bad = append(bad, key)
 			return
 		}
-		e := &entry{key: key, id: idOf(bucket, name, r.gen), rec: r}
+		e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), stale: new(atomic.Bool), rec: r}
+		if c.hot == nil {
+			e.rec.inShm = false // no shm tier now: any copy there is not ours to use
+		}
 		if _, dup := expected[e.id]; dup {
 			bad = append(bad, key)
 			return
@@ -121,9 +185,9 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []string, error) {
 	return expected, bad, err
 }
 
-// scanData reads the 256 data subdirectories in parallel, removing orphans
-// and mismatched files. expected is only read.
-func (c *Cache) scanData(ctx context.Context, expected map[fileID]*entry) ([]dirScan, error) {
+// scanData reads the 256 data subdirectories of lay in parallel, removing
+// orphans and mismatched files. expected is only read.
+func (c *Cache) scanData(ctx context.Context, lay layout, expected map[fileID]*entry) ([]dirScan, error) {
 	scans := make([]dirScan, 256)
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(scanWorkers)
@@ -132,7 +196,7 @@ func (c *Cache) scanData(ctx context.Context, expected map[fileID]*entry) ([]dir
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			s, err := c.scanDir(fmt.Sprintf("%02x", i), expected)
+			s, err := scanDir(lay, fmt.Sprintf("%02x", i), expected)
 			scans[i] = s
 			return err
 		})
@@ -144,9 +208,9 @@ func (c *Cache) scanData(ctx context.Context, expected map[fileID]*entry) ([]dir
 }
 
 // scanDir checks the files of one data subdirectory against the index.
-func (c *Cache) scanDir(sub string, expected map[fileID]*entry) (dirScan, error) {
+func scanDir(lay layout, sub string, expected map[fileID]*entry) (dirScan, error) {
 	var s dirScan
-	dir := filepath.Join(c.lay.data, sub)
+	dir := filepath.Join(lay.data, sub)
 	d, err := os.Open(dir)
 	if err != nil {
 		return s, err
@@ -172,13 +236,13 @@ func (c *Cache) scanDir(sub string, expected map[fileID]*entry) (dirScan, error)
 			return s, fmt.Errorf("stat %s: %w", filepath.Join(dir, name), err)
 		}
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != e.rec.size {
-			s.mismatch = append(s.mismatch, e)
 			if err := removeAt(fd, dir, name); err != nil {
 				return s, err
 			}
 			continue
 		}
-		s.found = append(s.found, found{e: e, blocks: st.Blocks * 512})
+		s.found = append(s.found, found{e: e, blocks: st.Blocks * 512,
+			ident: fileIdent{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}})
 	}
 	return s, nil
 }
@@ -198,19 +262,29 @@ func removeAt(fd int, dir, name string) error {
 
 // adopt installs the entries found on disk, least recently used first.
 func (c *Cache) adopt(fs []found) {
+	sortByAccess(fs)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) == 0 { // size the maps once
+		c.entries = make(map[string]*entry, len(fs))
+		c.byID = make(map[fileID]*entry, len(fs))
+	}
+	for _, f := range fs {
+		if f.e.rec.blocks != f.blocks {
+			f.e.rec.blocks = f.blocks
+			f.e.dirty = true // written by the next flush
+		}
+		f.e.ident = f.ident
+		c.installLocked(f.e)
+	}
+}
+
+// sortByAccess sorts found files least recently used first.
+func sortByAccess(fs []found) {
 	slices.SortFunc(fs, func(a, b found) int {
 		if a.e.rec.access != b.e.rec.access {
 			return cmp.Compare(a.e.rec.access, b.e.rec.access)
 		}
 		return strings.Compare(a.e.key, b.e.key)
 	})
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, f := range fs {
-		if f.e.rec.blocks != f.blocks {
-			f.e.rec.blocks = f.blocks
-			f.e.dirty = true // written by the next flush
-		}
-		c.installLocked(f.e)
-	}
 }

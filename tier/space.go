@@ -40,66 +40,62 @@ func (c *Cache) tryReserve(n int64, o fetch.Object) (<-chan struct{}, error) {
 	}
 	c.mu.Lock()
 	victims, wait, err := c.planReserveLocked(n, o)
+	var dead []*entry
 	if err == nil && wait == nil {
-		c.evictLocked(victims)
-		c.reserved += n
+		dead = c.evictLocked(victims, nil)
+		c.base.reserved += n
 	}
 	c.mu.Unlock()
 	c.deleteRecords(victims)
 	c.idxMu.Unlock()
-	c.removeFiles(victims)
+	c.removeFiles(dead)
 	return wait, err
 }
 
 // planReserveLocked decides how to fit n more bytes: the victims to evict
 // (possibly none), or a channel to wait on, or ErrNoSpace.
 func (c *Cache) planReserveLocked(n int64, o fetch.Object) ([]*entry, <-chan struct{}, error) {
-	if n > c.maxBytes {
+	b := c.base
+	if n > b.maxBytes {
 		return nil, nil, fmt.Errorf("%w: %s needs %s, more than the whole budget of %s",
-			ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(c.maxBytes)))
+			ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(b.maxBytes)))
 	}
-	short := c.used + c.reserved + n - c.maxBytes
+	short := b.used + b.reserved + n - b.maxBytes
 	if short <= 0 {
 		return nil, nil, nil
 	}
-	victims, freed := c.lruVictimsLocked(short, nil)
+	victims, freed := b.lruVictimsLocked(short, nil)
 	if freed >= short {
 		return victims, nil, nil
 	}
 	// Fills in progress end by committing (adding an evictable entry) or by
 	// failing (releasing their reservation): wait for one if that can help.
-	pinned, inUse := c.fixedBytesLocked()
-	if c.reserved > 0 && pinned+inUse+n <= c.maxBytes {
-		return nil, c.spaceFreed, nil
+	pinned, inUse := c.fixedBytesLocked(b)
+	if b.reserved > 0 && pinned+inUse+n <= b.maxBytes {
+		return nil, b.spaceFreed, nil
 	}
 	return nil, nil, fmt.Errorf("%w: %s needs %s; the budget of %s holds %s pinned, %s in use and %s reserved by other fills",
-		ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(c.maxBytes)),
-		humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(c.reserved)))
+		ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(b.maxBytes)),
+		humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(b.reserved)))
 }
 
 // unreserve releases a reservation that did not become an entry.
 func (c *Cache) unreserve(n int64) {
 	c.mu.Lock()
-	c.reserved -= n
-	c.signalLocked()
+	c.base.reserved -= n
+	c.base.signalLocked()
 	c.mu.Unlock()
-}
-
-// signalLocked wakes fills waiting for space.
-func (c *Cache) signalLocked() {
-	close(c.spaceFreed)
-	c.spaceFreed = make(chan struct{})
 }
 
 // freeDisk makes room on a full filesystem: it evicts least recently used
 // entries until n bytes plus the headroom are available. It reports false if
 // evicting everything evictable would not be enough (then it evicts nothing).
 func (c *Cache) freeDisk(n int64) (bool, error) {
-	fsi, err := statFS(c.lay.data)
+	fsi, err := statFS(c.base.lay.data)
 	if err != nil {
 		return false, err
 	}
-	short := n + c.headroom - fsi.avail
+	short := n + c.base.headroom - fsi.avail
 	if short <= 0 {
 		return true, nil
 	}
@@ -109,15 +105,15 @@ func (c *Cache) freeDisk(n int64) (bool, error) {
 		return false, ErrClosed
 	}
 	c.mu.Lock()
-	victims, freed := c.lruVictimsLocked(short, nil)
+	victims, freed := c.base.lruVictimsLocked(short, nil)
 	if freed < short {
 		victims = nil
 	}
-	c.evictLocked(victims)
+	dead := c.evictLocked(victims, nil)
 	c.mu.Unlock()
 	c.deleteRecords(victims)
 	c.idxMu.Unlock()
-	c.removeFiles(victims)
+	c.removeFiles(dead)
 	return victims != nil, nil
 }
 
@@ -137,42 +133,54 @@ func (c *Cache) deleteRecords(es []*entry) {
 	}
 }
 
-// removeFiles deletes the files of gone entries (see buryLocked) and
+// removeFiles deletes the files of gone copies (see buryLocked) and
 // unregisters their deletion.
 func (c *Cache) removeFiles(es []*entry) {
 	if len(es) == 0 {
 		return
 	}
 	for _, e := range es {
-		p := c.lay.path(e.id)
+		p := e.st.path(e.id)
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			c.cfg.log.Warn("tier: remove cached file", "path", p, "err", err)
 		}
 	}
 	c.mu.Lock()
 	for _, e := range es {
-		if ch, ok := c.deleting[e.id]; ok {
+		if ch, ok := e.st.deleting[e.id]; ok {
 			close(ch)
-			delete(c.deleting, e.id)
+			delete(e.st.deleting, e.id)
 		}
+		e.st.signalLocked()
 	}
-	c.signalLocked()
 	c.mu.Unlock()
 }
 
-// awaitDeletion waits until no deletion of id's file is in progress, so a
-// fill never renames a new file into place just before an old unlink.
-func (c *Cache) awaitDeletion(ctx context.Context, id fileID) error {
-	c.mu.Lock()
-	ch := c.deleting[id]
-	c.mu.Unlock()
-	if ch == nil {
-		return nil
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
+// claim makes id's path in st free for a new file, just before it is
+// renamed into place: it waits until no deletion of the path is in
+// progress, and detaches a zombie still holding it (a copy dropped while in
+// use, whose last Close must then delete nothing). Afterwards nothing the
+// cache does deletes the path until the new copy is dropped in turn: only
+// one fill (or promotion) of an id runs at a time, and no live copy holds
+// it.
+func (c *Cache) claim(ctx context.Context, st *store, id fileID) error {
+	for {
+		c.mu.Lock()
+		ch := st.deleting[id]
+		if ch == nil {
+			if z := st.zombies[id]; z != nil {
+				delete(st.zombies, id)
+				z.detached = true
+				st.detached[z] = struct{}{}
+			}
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 }

@@ -11,50 +11,65 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 )
 
-// TestConcurrentMix runs opens, prefetches, pins, evictions and budget
-// changes at once on a cache too small for the data set, then checks the
-// accounting, and that the index and the files agree after a restart.
+// TestConcurrentMix runs opens, prefetches, pins, evictions, promotions,
+// demotions and budget changes at once on a cache too small for the data
+// set, with and without a shm tier, then checks the accounting, and that
+// the index and the files agree after a restart.
 func TestConcurrentMix(t *testing.T) {
-	env := newDirEnv(t)
-	dir := t.TempDir()
-	size := blockSize(t, dir)
-	c := openCache(t, env.config(dir, 8*size))
-	const n = 20
-	var objs []fetch.Attrs
-	for i := range n {
-		objs = append(objs, env.put(t, "bkt", fmt.Sprintf("o/%d/%02d", i%3, i), pattern(i, int(size)-i)))
-	}
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 1000)
-	for w := range 4 {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 1))
-			for range 40 {
-				if err := mixOp(ctx, c, objs, r); err != nil && !errors.Is(err, ErrNoSpace) {
-					errs <- err
-				}
+	for _, withShm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "disk", true: "shm"}[withShm], func(t *testing.T) {
+			env := newDirEnv(t)
+			dir := t.TempDir()
+			size := blockSize(t, dir)
+			cfg := env.config(dir, 8*size)
+			if withShm {
+				cfg.ShmDir, cfg.ShmMaxBytes = shmDir(t), 3*size
 			}
+			c := openCache(t, cfg)
+			const n = 20
+			var objs []fetch.Attrs
+			for i := range n {
+				objs = append(objs, env.put(t, "bkt", fmt.Sprintf("o/%d/%02d", i%3, i), pattern(i, int(size)-i)))
+			}
+			ctx := context.Background()
+			var wg sync.WaitGroup
+			errs := make(chan error, 1000)
+			for w := range 4 {
+				wg.Go(func() {
+					r := rand.New(rand.NewPCG(uint64(w), 1))
+					for range 40 {
+						if err := mixOp(ctx, c, objs, r); err != nil && !errors.Is(err, ErrNoSpace) {
+							errs <- err
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Errorf("operation failed: %v", err)
+			}
+			checkInvariants(t, c)
+			st := c.Stats()
+			if st.UsedBytes > st.MaxBytes || st.ReservedBytes != 0 || st.ShmUsedBytes > st.ShmMaxBytes {
+				t.Errorf("Stats() = %+v; want used within the budgets and nothing reserved", st)
+			}
+			if withShm && st.Promotions == 0 {
+				t.Errorf("Stats() = %+v; want promotions", st)
+			}
+			before := c.Entries("bkt", "")
+			if err := c.Close(); err != nil {
+				t.Fatal(err)
+			}
+			c2 := openCache(t, cfg)
+			after := c2.Entries("bkt", "")
+			if len(after) != len(before) {
+				t.Errorf("entries after restart = %d; want %d", len(after), len(before))
+			}
+			checkIndexMatchesFiles(t, c2)
+			checkInvariants(t, c2)
 		})
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("operation failed: %v", err)
-	}
-	checkInvariants(t, c)
-	if st := c.Stats(); st.UsedBytes > st.MaxBytes || st.ReservedBytes != 0 {
-		t.Errorf("Stats() = %+v; want used within the budget and nothing reserved", st)
-	}
-	before := c.Entries("bkt", "")
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
-	c2 := openCache(t, env.config(dir, 8*size))
-	if after := c2.Entries("bkt", ""); len(after) != len(before) {
-		t.Errorf("entries after restart = %d; want %d", len(after), len(before))
-	}
-	checkIndexMatchesFiles(t, c2)
 }
 
 // mixOp does one random operation of TestConcurrentMix.
@@ -77,8 +92,12 @@ func mixOp(ctx context.Context, c *Cache, objs []fetch.Attrs, r *rand.Rand) erro
 		_, uerr := c.Unpin(ctx, "bkt", prefix)
 		return errors.Join(err, uerr)
 	case op == 8:
-		_, _, err := c.Evict(ctx, "bkt", prefix)
+		_, err := c.Evict(ctx, "bkt", prefix)
 		return err
+	case op == 9 && c.hot != nil && r.IntN(2) == 0:
+		_, err := c.Promote(ctx, "bkt", prefix)
+		_, derr := c.Demote(ctx, "bkt", prefix)
+		return errors.Join(err, derr)
 	default:
 		c.Lookup(a.Bucket, a.Name)
 		c.Stats()

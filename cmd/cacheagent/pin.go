@@ -14,7 +14,7 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 	short := map[string]string{
 		"pin":   "Download (if needed) and pin every object under a prefix: never evicted",
 		"unpin": "Unpin every object under a prefix",
-		"evict": "Remove every cached object under a prefix (pinned and open objects are skipped)",
+		"evict": "Remove every cached object under a prefix (pinned ones are skipped; open ones go at their last close)",
 	}[verb]
 	return &cobra.Command{
 		Use:   verb + " gs://BUCKET/PREFIX",
@@ -52,13 +52,16 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 				}
 				fmt.Fprintf(out, "unpinned %d objects under %s\n", n, u)
 			case "evict":
-				n, skipped, err := a.cache.Evict(ctx, u.Bucket, u.Path)
+				res, err := a.cache.Evict(ctx, u.Bucket, u.Path)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(out, "evicted %d objects under %s", n, u)
-				if skipped > 0 {
-					fmt.Fprintf(out, " (%d pinned or in use, skipped)", skipped)
+				fmt.Fprintf(out, "evicted %d objects under %s", res.Evicted, u)
+				if res.Pending > 0 {
+					fmt.Fprintf(out, "; %d in use, removed at their last close", res.Pending)
+				}
+				if res.Skipped > 0 {
+					fmt.Fprintf(out, "; %d pinned, skipped (unpin first)", res.Skipped)
 				}
 				fmt.Fprintln(out)
 			}

@@ -1,0 +1,53 @@
+package tier
+
+import "context"
+
+// testHooks lets tests observe and gate the cache's background work
+// deterministically. Tests install them with Cache.hooks.Store; nil fields
+// (and a nil *testHooks) are skipped. Hooks run on the cache's goroutines
+// and must not call back into the cache.
+type testHooks struct {
+	// copy runs before a promotion allocates and fills its temp file; an
+	// error fails it.
+	copy func(ctx context.Context, key string) error
+	// promoted runs after a background promotion ends.
+	promoted func(key string, err error)
+	// watched runs after the watcher handled an event for path; dropped
+	// reports that it dropped a copy.
+	watched func(path string, dropped bool)
+	// rescanned runs after the watcher rescanned a tier.
+	rescanned func(tier string)
+	// exited runs when a background goroutine ("promoter", "watcher") ends.
+	exited func(goroutine string)
+}
+
+func (h *testHooks) onCopy(ctx context.Context, key string) error {
+	if h == nil || h.copy == nil {
+		return nil
+	}
+	return h.copy(ctx, key)
+}
+
+func (h *testHooks) onPromoted(key string, err error) {
+	if h != nil && h.promoted != nil {
+		h.promoted(key, err)
+	}
+}
+
+func (h *testHooks) onWatched(path string, dropped bool) {
+	if h != nil && h.watched != nil {
+		h.watched(path, dropped)
+	}
+}
+
+func (h *testHooks) onRescanned(tier string) {
+	if h != nil && h.rescanned != nil {
+		h.rescanned(tier)
+	}
+}
+
+func (h *testHooks) onExit(goroutine string) {
+	if h != nil && h.exited != nil {
+		h.exited(goroutine)
+	}
+}

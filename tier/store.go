@@ -1,0 +1,123 @@
+package tier
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// Tier names, as Entry.Tier, Handle.Tier and Stats.Tier report them.
+const (
+	// Disk is the disk tier: local storage, normally NVMe.
+	Disk = "disk"
+	// Shm is the shm tier: a tmpfs, normally under /dev/shm.
+	Shm = "shm"
+)
+
+// store is one tier's directory and its space accounting: the base tier
+// (every cached object: the disk, or the shm directory when shm-only) or the
+// hot tier (shm copies of some base entries). name, lay, lock, bsize,
+// headroom and share are immutable after Open; the rest is guarded by
+// Cache.mu.
+type store struct {
+	name     string // Disk or Shm
+	lay      layout
+	lock     *dirLock
+	bsize    int64   // filesystem block size: reservations are rounded up to it
+	headroom int64   // free bytes fills and promotions leave on the filesystem
+	share    float64 // share of the filesystem that a budget of 0 means
+
+	maxBytes    int64
+	used        int64      // blocks of live copies, zombies and detached zombies
+	reserved    int64      // space set aside by fills or promotions in progress
+	pinnedBytes int64      // blocks of pinned live copies
+	lru         *list.List // live unpinned copies, most recently used at the front
+	// zombies are copies that left the cache while handles were open; the
+	// last Close deletes the file.
+	zombies map[fileID]*entry
+	// detached are zombies whose path a newer copy of the same generation
+	// took over (see claim): their last Close deletes nothing.
+	detached map[*entry]struct{}
+	// deleting holds the files being deleted; each channel is closed when
+	// its file is gone.
+	deleting   map[fileID]chan struct{}
+	spaceFreed chan struct{} // closed (and replaced) when reserved or used drops
+}
+
+// openStore takes the lock of dir, creates its layout and sizes its budget
+// (maxBytes, or share of the filesystem if 0). On error nothing is held.
+func openStore(name string, lay layout, maxBytes int64, share float64) (*store, error) {
+	if err := os.MkdirAll(lay.root, 0o755); err != nil {
+		return nil, fmt.Errorf("tier: create %s dir: %w", name, err)
+	}
+	lk, err := lockDir(lay.root)
+	if err != nil {
+		return nil, err
+	}
+	st, err := newStore(name, lay, lk, maxBytes, share)
+	if err != nil {
+		return nil, errors.Join(err, lk.release())
+	}
+	return st, nil
+}
+
+// newStore creates the layout of a locked directory and sizes its budget.
+func newStore(name string, lay layout, lk *dirLock, maxBytes int64, share float64) (*store, error) {
+	if err := lay.create(); err != nil {
+		return nil, err
+	}
+	fsi, err := statFS(lay.data)
+	if err != nil {
+		return nil, err
+	}
+	if maxBytes == 0 {
+		maxBytes = budgetOf(fsi, share)
+	}
+	return &store{
+		name: name, lay: lay, lock: lk, bsize: fsi.blockSize, headroom: headroomFor(fsi.size), share: share,
+		maxBytes: maxBytes, lru: list.New(), zombies: make(map[fileID]*entry),
+		detached: make(map[*entry]struct{}), deleting: make(map[fileID]chan struct{}),
+		spaceFreed: make(chan struct{}),
+	}, nil
+}
+
+// path returns the data file of id in this tier.
+func (st *store) path(id fileID) string { return st.lay.path(id) }
+
+// signalLocked wakes waiters for space in this tier.
+func (st *store) signalLocked() {
+	close(st.spaceFreed)
+	st.spaceFreed = make(chan struct{})
+}
+
+// pendingBytesLocked returns the blocks of zombies (detached or not): space
+// that the last Close of their handles frees.
+func (st *store) pendingBytesLocked() int64 {
+	var n int64
+	for _, e := range st.zombies {
+		n += e.rec.blocks
+	}
+	for e := range st.detached {
+		n += e.rec.blocks
+	}
+	return n
+}
+
+// clearTemp removes everything in the tier's temp directory: fills or
+// promotions interrupted by a crash. It returns how many it removed.
+func (st *store) clearTemp() (int, error) {
+	des, err := os.ReadDir(st.lay.tmp)
+	if err != nil {
+		return 0, fmt.Errorf("tier: reconcile %s: %w", st.name, err)
+	}
+	for _, de := range des {
+		if err := os.RemoveAll(filepath.Join(st.lay.tmp, de.Name())); err != nil &&
+			!errors.Is(err, fs.ErrNotExist) {
+			return 0, fmt.Errorf("tier: reconcile %s: remove temp file: %w", st.name, err)
+		}
+	}
+	return len(des), nil
+}
