@@ -1,0 +1,190 @@
+package mmapstore
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// countingDownloader wraps the real downloader and counts Fetch calls.
+type countingDownloader struct {
+	dl    *fetch.Downloader
+	calls atomic.Int64
+}
+
+func (d *countingDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
+	d.calls.Add(1)
+	return d.dl.Fetch(ctx, a, dst, u)
+}
+
+// env is a fetch.Dir source in a temp directory, a real downloader and a
+// real tier.Cache over them.
+type env struct {
+	root  string
+	src   *fetch.Dir
+	dl    *countingDownloader
+	cache *tier.Cache
+	gen   int64 // last generation (mtime) handed out
+}
+
+// newEnv returns an env whose cache has the given byte budget (0: default)
+// and never revalidates on its own; tests pass tier.WithRevalidate to
+// FromCache when they want it to.
+func newEnv(t testing.TB, maxBytes int64) *env {
+	t.Helper()
+	root := t.TempDir()
+	src, err := fetch.NewDir(root)
+	if err != nil {
+		t.Fatalf("fetch.NewDir: %v", err)
+	}
+	t.Cleanup(func() { src.Close() })
+	fdl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 1 << 20, Connections: 4, MaxAttempts: 2,
+		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("fetch.NewDownloader: %v", err)
+	}
+	e := &env{root: root, src: src, dl: &countingDownloader{dl: fdl},
+		gen: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
+	c, err := tier.Open(context.Background(), tier.Config{Dir: filepath.Join(t.TempDir(), "cache"),
+		MaxBytes: maxBytes, Revalidate: -1, Source: src, Downloader: e.dl})
+	if err != nil {
+		t.Fatalf("tier.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil && !errors.Is(err, tier.ErrClosed) {
+			t.Errorf("tier Close: %v", err)
+		}
+	})
+	e.cache = c
+	return e
+}
+
+// put writes bucket "b", object name, with a fresh generation.
+func (e *env) put(t testing.TB, name string, data []byte) fetch.Object {
+	t.Helper()
+	p := filepath.Join(e.root, "b", filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.gen += int64(time.Second)
+	mt := time.Unix(0, e.gen)
+	if err := os.Chtimes(tmp, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		t.Fatal(err)
+	}
+	return fetch.Object{Bucket: "b", Name: name}
+}
+
+// putFile copies testdata file src into the source as name.
+func (e *env) putFile(t testing.TB, name, src string) ([]byte, fetch.Object) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, e.put(t, name, b)
+}
+
+// fakeClock is a Store clock that tests advance by hand.
+type fakeClock struct{ t atomic.Int64 }
+
+func (c *fakeClock) now() time.Duration      { return time.Duration(c.t.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
+
+// newStore returns a Store over o with a fake clock, closed after the test,
+// whose invariants are checked then.
+func newStore(t testing.TB, o Opener, cfg Config) (*Store, *fakeClock) {
+	t.Helper()
+	s := New(o, cfg)
+	clk := new(fakeClock)
+	s.now = clk.now
+	t.Cleanup(func() {
+		if err := s.checkInvariants(); err != nil {
+			t.Errorf("invariants at cleanup: %v", err)
+		}
+		if err := s.Close(); err != nil && !errors.Is(err, ErrClosed) {
+			t.Errorf("Store.Close: %v", err)
+		}
+	})
+	return s, clk
+}
+
+// checkInvariants fails the test if the Store's bookkeeping is broken.
+func checkInvariants(t testing.TB, s *Store) {
+	t.Helper()
+	if err := s.checkInvariants(); err != nil {
+		t.Fatalf("invariants: %v", err)
+	}
+}
+
+// acquire is Acquire that fails the test on error.
+func acquire(t testing.TB, s *Store, o fetch.Object) Lease {
+	t.Helper()
+	l, err := s.Acquire(context.Background(), o)
+	if err != nil {
+		t.Fatalf("Acquire(%s): %v", o, err)
+	}
+	return l
+}
+
+// release is Release that fails the test on error.
+func release(t testing.TB, l Lease) {
+	t.Helper()
+	if err := l.Release(); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// mapsOf returns the lines of /proc/self/maps that map path (the kernel
+// appends " (deleted)" once the file is unlinked).
+func mapsOf(t testing.TB, path string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		t.Skipf("no /proc/self/maps: %v", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), path) {
+			lines = append(lines, sc.Text())
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return lines
+}
+
+// pathOf returns the file a valid lease maps.
+func pathOf(l Lease) string { return l.m.file.Path() }
+
+// pattern returns n deterministic bytes derived from seed.
+func pattern(seed byte, n int) []byte {
+	b := make([]byte, n)
+	x := uint32(seed)*2654435761 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		b[i] = byte(x)
+	}
+	return b
+}
