@@ -36,12 +36,15 @@ type Cache struct {
 	promos   singleflight.Group // promotions, keyed by file id
 	promoteQ chan *entry        // promotions queued by Opens; nil without a hot tier
 	stop     chan struct{}      // closed by Close to stop the background goroutines
-	bg       sync.WaitGroup     // the flusher, the promoter and the watcher
+	bg       sync.WaitGroup     // the flusher, the promoter, the planner and the watcher
 	// onJoin, if set (by tests, before use), is called with the number of
 	// callers waiting on a fill each time one joins it.
 	onJoin func(waiters int)
 	// hooks lets tests observe and gate background work.
 	hooks atomic.Pointer[testHooks]
+	// plans holds the announced access plans (see plan.go); its fields
+	// are guarded by mu.
+	plans *plans
 
 	// running counts public operations, fills and promotions in progress;
 	// Close waits for it. Add only under mu while !closed, so no Add races
@@ -82,8 +85,8 @@ type counters struct {
 
 // Open opens (creating if needed) the cache in cfg.Dir (and cfg.ShmDir),
 // takes their locks, reconciles the index with the data files and starts
-// the access flusher, the promoter and the file watcher. A directory owned
-// by another Cache or process yields a *LockedError.
+// the access flusher, the promoter, the planner and the file watcher. A
+// directory owned by another Cache or process yields a *LockedError.
 func Open(ctx context.Context, cfg Config) (*Cache, error) {
 	s, err := cfg.settings()
 	if err != nil {
@@ -120,7 +123,11 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cfg: s, base: base, hot: hot, idx: idx, stop: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
-		urgencies: make(map[fileID]*sharedUrgency),
+		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(),
+	}
+	base.plans = c.plans
+	if hot != nil {
+		hot.plans = c.plans
 	}
 	c.hooks.Store(s.hooks)
 	if hot != nil {
@@ -133,6 +140,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 	if hot != nil {
 		c.bg.Go(c.promoteLoop)
 	}
+	c.bg.Go(c.planLoop)
 	c.startWatch()
 	return c, nil
 }

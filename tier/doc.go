@@ -149,6 +149,23 @@
 // so a race with the watcher never serves a short or foreign file. If the
 // kernel refuses the watches, the cache runs unwatched, with a warning.
 //
+// # Plans
+//
+// Loaders may announce access plans: Plan(ctx, id, objects) says a reader
+// will open those objects in that order, AdvancePlan reports its progress
+// and DropPlan forgets it. While any plan is announced, eviction in both
+// tiers is clairvoyant (package plan): among the copies that are neither
+// pinned nor in use, first those no plan will use again, least recently
+// used first (so a shard's shm copy goes first once its last use in an
+// epoch is past), then the planned ones whose next use is farthest. A
+// planner goroutine prefetches, at fetch.Plan priority, the objects the
+// plans need next, as many bytes ahead of the readers as the measured fetch
+// and consumption rates call for (at most half the budget), never evicting
+// an object needed sooner than the one it brings in; it queues the next
+// few cached objects of each plan for promotion to the shm tier, so they
+// are copied just before use. PromoteObjects promotes exact objects
+// synchronously. PlanStats reports the planner's figures.
+//
 // # Freshness
 //
 // A cached generation is served without asking the source until it was last
@@ -168,12 +185,12 @@
 // during I/O. Cache.idxMu serialises index writes with the memory changes
 // they mirror (lock order: idxMu before mu). Files are deleted outside both.
 // Every goroutine the cache starts (the access flusher, the promoter, the
-// watcher, shared fills and promotions) is waited for by Close, which
-// cancels fills and promotions in progress first.
+// watcher, the planner, shared fills and promotions) is waited for by
+// Close, which cancels fills and promotions in progress first.
 //
 // # Errors
 //
 // Conditions callers test: ErrLocked (with *LockedError naming the owner's
-// pid), ErrNoSpace, ErrClosed, ErrFormat, ErrNoShm, and fetch.ErrNotFound
-// from Open.
+// pid), ErrNoSpace, ErrClosed, ErrFormat, ErrNoShm, ErrNoPlan, and
+// fetch.ErrNotFound from Open.
 package tier

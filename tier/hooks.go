@@ -17,8 +17,12 @@ type testHooks struct {
 	watched func(path string, dropped bool)
 	// rescanned runs after the watcher rescanned a tier.
 	rescanned func(tier string)
-	// exited runs when a background goroutine ("promoter", "watcher") ends.
+	// exited runs when a background goroutine ("promoter", "watcher",
+	// "planner") ends.
 	exited func(goroutine string)
+	// planned runs after each prefetch round of the planner, and with 0
+	// objects when the planner goes idle.
+	planned func(objects int, err error)
 }
 
 func (h *testHooks) onCopy(ctx context.Context, key string) error {
@@ -49,5 +53,11 @@ func (h *testHooks) onRescanned(tier string) {
 func (h *testHooks) onExit(goroutine string) {
 	if h != nil && h.exited != nil {
 		h.exited(goroutine)
+	}
+}
+
+func (h *testHooks) onPlanned(objects int, err error) {
+	if h != nil && h.planned != nil {
+		h.planned(objects, err)
 	}
 }

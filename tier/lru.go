@@ -263,8 +263,13 @@ func (c *Cache) buryLocked(e *entry) {
 // lruVictimsLocked walks st's LRU from its least recently used end and
 // returns unused copies (never pinned ones: they are not in the LRU) whose
 // blocks add up to at least need, or all it found if there are not enough.
-// A base entry is in use if its hot copy is. skip is never chosen.
+// A base entry is in use if its hot copy is. skip is never chosen. While
+// access plans are announced the same copies are taken in the plans' order
+// instead (see plans.victimsLocked).
 func (st *store) lruVictimsLocked(need int64, skip *entry) (victims []*entry, freed int64) {
+	if st.plans.active() {
+		return st.plans.victimsLocked(st, need, skip)
+	}
 	for el := st.lru.Back(); el != nil && freed < need; el = el.Prev() {
 		e := el.Value.(*entry)
 		if e.inUseLocked() || e == skip {

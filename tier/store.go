@@ -45,6 +45,9 @@ type store struct {
 	// its file is gone.
 	deleting   map[fileID]chan struct{}
 	spaceFreed chan struct{} // closed (and replaced) when reserved or used drops
+	// plans, shared by both stores, orders eviction while plans are
+	// announced; set once at Open.
+	plans *plans
 }
 
 // openStore takes the lock of dir, creates its layout and sizes its budget

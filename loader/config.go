@@ -1,0 +1,160 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"github.com/cacheagent/cacheagent/loader/sampler"
+)
+
+// Defaults for zero Config fields.
+const (
+	// DefaultPrefetch is the number of batch buffers (batches in flight
+	// and ready) of a zero Config.Prefetch.
+	DefaultPrefetch = 4
+	// DefaultLookahead is how many shards ahead of the sampler a zero
+	// Config.Lookahead opens.
+	DefaultLookahead = 2
+	// bufferAlign aligns batch buffers: page-aligned memory can be
+	// registered for DMA as it is.
+	bufferAlign = 4096
+)
+
+// Config configures a Loader. New never modifies it.
+type Config struct {
+	// Dataset is what to read; it must be resolved (see Dataset.Resolve).
+	Dataset Dataset
+	// BatchSize is the number of samples per batch. Required.
+	BatchSize int
+	// DropLast drops each epoch's last batch if it is not full. Every
+	// rank has the same number of batches either way.
+	DropLast bool
+
+	// Shuffle is the sampling mode; the zero value is shard-window.
+	Shuffle sampler.Mode
+	// Seed seeds the shuffles; each epoch's order depends on (Seed, epoch).
+	Seed uint64
+	// Window is the shard-window mode's window, in shards. 0 means
+	// sampler.DefaultWindow.
+	Window int
+	// Rank and World shard each epoch across ranks (World 0 means 1);
+	// Tail says how an epoch is evened out across them (default: pad by
+	// repeating its last samples). See package sampler.
+	Rank, World int
+	Tail        sampler.Tail
+
+	// Epoch is the first epoch's number and Epochs how many to run (0
+	// means 1); Next returns io.EOF after epoch Epoch+Epochs-1.
+	Epoch, Epochs int
+	// Resume, if set, starts at its batch instead of the beginning of
+	// Config.Epoch: a State saved from a Loader with this configuration
+	// (except Rank, which may differ), within [Epoch, Epoch+Epochs).
+	Resume *State
+
+	// Prefetch is the number of batch buffers: batches being gathered and
+	// ready, beyond those the consumer holds. 0 means DefaultPrefetch.
+	Prefetch int
+	// Workers is the number of goroutines gathering batches. 0 means
+	// GOMAXPROCS, at most Prefetch.
+	Workers int
+	// Lookahead is how many shards ahead of the sampler's window the
+	// Loader stages and opens. 0 means DefaultLookahead; negative means
+	// none (shards open when the sampler needs them).
+	Lookahead int
+	// CopyAlways disables the zero-copy fast path: every batch is
+	// gathered into a buffer from NewBuffer.
+	CopyAlways bool
+
+	// Planner, if set, is told the access plan (see Planner). PlanID
+	// names the plan; "" means a name made from the configuration's
+	// fingerprint, the rank and a random suffix.
+	Planner Planner
+	PlanID  string
+	// Stager, if set, stages shards before they are acquired (see Stager).
+	Stager Stager
+
+	// NewBuffer, if set, allocates the batch buffers (n bytes each, once,
+	// in New): the seam for gathering straight into pinned staging memory
+	// for GPU copies. nil means page-aligned Go memory.
+	NewBuffer func(n int) ([]byte, error)
+	// OnBatch, if set, runs in a gathering goroutine after each batch is
+	// gathered and before Next returns it: the seam for starting an
+	// asynchronous device copy. Batches run it concurrently and out of
+	// order; an error fails the batch (and Next returns it).
+	OnBatch func(ctx context.Context, b *Batch) error
+	// Logger receives errors that have no caller to return to (releasing
+	// a lease, an advisory Planner or Stager failure); nil discards them.
+	Logger *slog.Logger
+}
+
+// settings is a validated Config with defaults applied.
+type settings struct {
+	Config
+	sampler sampler.Config
+}
+
+// settings validates c and applies the defaults.
+func (c Config) settings() (settings, error) {
+	s := settings{Config: c}
+	if s.Epochs == 0 {
+		s.Epochs = 1
+	}
+	if s.World == 0 {
+		s.World = 1
+	}
+	if s.Prefetch == 0 {
+		s.Prefetch = DefaultPrefetch
+	}
+	if s.Workers == 0 {
+		s.Workers = min(runtime.GOMAXPROCS(0), s.Prefetch)
+	}
+	switch {
+	case s.Lookahead == 0:
+		s.Lookahead = DefaultLookahead
+	case s.Lookahead < 0:
+		s.Lookahead = 0
+	}
+	if s.Logger == nil {
+		s.Logger = slog.New(slog.DiscardHandler)
+	}
+	switch {
+	case s.BatchSize <= 0:
+		return s, fmt.Errorf("%w: batch size %d", ErrConfig, s.BatchSize)
+	case s.Epochs < 0 || s.Epoch < 0:
+		return s, fmt.Errorf("%w: epochs %d from %d", ErrConfig, s.Epochs, s.Epoch)
+	case s.Prefetch < 0 || s.Workers < 0:
+		return s, fmt.Errorf("%w: prefetch %d, workers %d", ErrConfig, s.Prefetch, s.Workers)
+	}
+	if err := s.Dataset.Validate(); err != nil {
+		return s, err
+	}
+	if !s.Dataset.resolved() {
+		return s, fmt.Errorf("%w: row counts or specs unknown: call Dataset.Resolve", ErrDataset)
+	}
+	s.sampler = sampler.Config{Mode: s.Shuffle, Seed: s.Seed, Window: s.Window, Rank: s.Rank, World: s.World,
+		Tail: s.Tail}
+	return s, nil
+}
+
+// fingerprint identifies what the configuration reads and in what order,
+// except the rank: two Loaders with equal fingerprints return the same
+// batches at the same State.
+func (s settings) fingerprint() uint64 {
+	h, sum := newHash()
+	s.Dataset.fingerprint(h)
+	window := s.Window
+	if window == 0 {
+		window = sampler.DefaultWindow
+	}
+	drop := uint64(0)
+	if s.DropLast {
+		drop = 1
+	}
+	for _, v := range []uint64{uint64(s.BatchSize), drop, uint64(s.Shuffle), s.Seed, uint64(window),
+		uint64(s.World), uint64(s.Tail)} {
+		h.u64(v)
+	}
+	return sum() | 1 // never 0, which means "unchecked" in a State
+}

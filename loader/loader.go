@@ -1,0 +1,346 @@
+package loader
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/mmapstore/array"
+)
+
+// planDropTimeout bounds telling the Planner to drop the plan at Close,
+// which has no context.
+const planDropTimeout = 10 * time.Second
+
+// State is a position in the sequence of batches: the next batch Next
+// returns is batch Batch of epoch Epoch. Save it with a checkpoint and pass
+// it as Config.Resume to continue with exactly the batches that would have
+// followed.
+type State struct {
+	Epoch, Batch int
+	// Fingerprint identifies the configuration (dataset, batch size,
+	// shuffle, seed, window, world size, tail, drop-last); a Loader
+	// refuses to resume from another's State. 0 skips the check.
+	Fingerprint uint64
+}
+
+// Loader reads batches of a dataset through a Source. See the package
+// documentation. Next must be called from one goroutine at a time; State,
+// Stats and Close are safe to call concurrently with it.
+type Loader struct {
+	// Immutable after New.
+	cfg         settings
+	src         Source
+	ds          Dataset
+	rows        []int
+	rowSize     []int
+	perEpoch    int // batches per epoch
+	start       State
+	end         int // the epoch after the last
+	fingerprint uint64
+	planID      string
+	slots       []*slot
+	free        chan *slot // slots the dispatcher may fill
+	ordered     chan *slot // filled slots, in batch order, for Next
+	todo        chan *slot // filled slots for the workers
+	closing     chan struct{}
+	table       *table
+	counters    counters
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+
+	nextMu  sync.Mutex // serialises Next
+	pending *slot      // a slot Next took from ordered and still waits for; guarded by nextMu
+
+	closeOnce sync.Once
+	closeErr  error        // set by the first Close
+	held      atomic.Int32 // batches handed out and not released
+
+	mu     sync.Mutex // protects the fields below
+	state  State
+	stats  Stats
+	err    error // sticky failure
+	closed bool
+}
+
+// New returns a Loader of cfg.Dataset through src and starts its
+// goroutines: one sampling, one opening shards ahead, cfg.Workers
+// gathering. Nothing is fetched before the first shards are needed. Close
+// stops them. Errors wrap ErrConfig, ErrDataset, ErrResume or
+// sampler.ErrConfig.
+func New(src Source, cfg Config) (*Loader, error) {
+	s, err := cfg.settings()
+	if err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, fmt.Errorf("%w: nil Source", ErrConfig)
+	}
+	l, err := prepare(s)
+	if err != nil {
+		return nil, err
+	}
+	l.src, l.closing, l.table = src, make(chan struct{}), newTable()
+	l.state = l.start
+	l.planID = s.PlanID
+	if l.planID == "" {
+		l.planID = fmt.Sprintf("loader-%016x-r%d-%08x", l.fingerprint, s.Rank, rand.Uint32())
+	}
+	if err := l.makeSlots(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.cancel = cancel
+	l.wg.Go(func() { l.dispatch(ctx) })
+	l.wg.Go(func() { l.openLoop(ctx) })
+	for range s.Workers {
+		l.wg.Go(func() { l.work(ctx) })
+	}
+	return l, nil
+}
+
+// prepare returns a Loader with the sampling fields set: rows, batches
+// per epoch, fingerprint and start state. It checks that every rank gets
+// at least one batch per epoch and that Config.Resume fits.
+func prepare(s settings) (*Loader, error) {
+	l := &Loader{cfg: s, ds: s.Dataset, end: s.Epoch + s.Epochs, fingerprint: s.fingerprint()}
+	l.rows, _ = l.ds.Rows()
+	first, err := sampler.NewEpoch(l.rows, s.sampler, s.Epoch)
+	if err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	l.perEpoch = first.Len() / s.BatchSize
+	if !s.DropLast && first.Len()%s.BatchSize != 0 {
+		l.perEpoch++
+	}
+	if l.perEpoch == 0 {
+		return nil, fmt.Errorf("%w: each rank reads %d samples per epoch: not one full batch of %d",
+			ErrConfig, first.Len(), s.BatchSize)
+	}
+	if l.start, err = l.resumeState(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// resumeState returns where to start: Config.Resume, checked, or the
+// beginning of Config.Epoch.
+func (l *Loader) resumeState() (State, error) {
+	start := State{Epoch: l.cfg.Epoch, Fingerprint: l.fingerprint}
+	r := l.cfg.Resume
+	if r == nil {
+		return start, nil
+	}
+	switch {
+	case r.Fingerprint != 0 && r.Fingerprint != l.fingerprint:
+		return start, fmt.Errorf("%w: the state was saved with another configuration (fingerprint %016x; this one %016x)",
+			ErrResume, r.Fingerprint, l.fingerprint)
+	case r.Batch < 0 || r.Batch > l.perEpoch:
+		return start, fmt.Errorf("%w: batch %d of %d per epoch", ErrResume, r.Batch, l.perEpoch)
+	}
+	start.Epoch, start.Batch = r.Epoch, r.Batch
+	if start.Batch == l.perEpoch {
+		start.Epoch, start.Batch = start.Epoch+1, 0
+	}
+	if start.Epoch < l.cfg.Epoch || start.Epoch > l.end || (start.Epoch == l.end && start.Batch > 0) {
+		return start, fmt.Errorf("%w: epoch %d is outside epochs [%d, %d)", ErrResume, r.Epoch, l.cfg.Epoch, l.end)
+	}
+	return start, nil
+}
+
+// makeSlots allocates the batch buffers.
+func (l *Loader) makeSlots() error {
+	p, b := l.cfg.Prefetch, l.cfg.BatchSize
+	l.free, l.ordered, l.todo = make(chan *slot, p), make(chan *slot, p), make(chan *slot, p)
+	l.rowSize = make([]int, len(l.ds.Specs))
+	for j, sp := range l.ds.Specs {
+		l.rowSize[j] = sp.RowSize()
+	}
+	for range p {
+		s := &slot{l: l, ready: make(chan struct{}, 1), picks: make([]pick, 0, b)}
+		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.ds.Names, Arrays: make([]array.Array, len(l.ds.Names)), s: s}
+		for j, sp := range l.ds.Specs {
+			buf, err := l.newBuffer(b * l.rowSize[j])
+			if err != nil {
+				return fmt.Errorf("loader: batch buffer of %d bytes: %w", b*l.rowSize[j], err)
+			}
+			s.bufs = append(s.bufs, buf)
+			s.shapes = append(s.shapes, append([]int{0}, sp.Row...))
+		}
+		l.slots = append(l.slots, s)
+		l.free <- s
+	}
+	return nil
+}
+
+// newBuffer allocates n bytes with Config.NewBuffer, or page-aligned.
+func (l *Loader) newBuffer(n int) ([]byte, error) {
+	if l.cfg.NewBuffer != nil {
+		b, err := l.cfg.NewBuffer(n)
+		if err == nil && len(b) < n {
+			err = fmt.Errorf("NewBuffer returned %d bytes", len(b))
+		}
+		return b, err
+	}
+	b := make([]byte, n+bufferAlign)
+	off := 0
+	if r := int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) % bufferAlign); r != 0 {
+		off = bufferAlign - r
+	}
+	return b[off : off+n : off+n], nil
+}
+
+// BatchesPerEpoch returns the number of batches each epoch has, the same
+// for every rank.
+func (l *Loader) BatchesPerEpoch() int { return l.perEpoch }
+
+// PlanID returns the id of the plan announced to Config.Planner.
+func (l *Loader) PlanID() string { return l.planID }
+
+// Next returns the next batch, waiting for it if needed, or io.EOF after
+// the last batch of the last epoch. The Batch must be released. A failure
+// (a shard that cannot be fetched or does not match the dataset) is
+// returned by this and every later call; ctx ending returns its error and
+// the next call waits for the same batch again. If the caller holds every
+// buffer (Config.Prefetch unreleased batches), Next fails with ErrHeld
+// rather than wait forever.
+func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	l.nextMu.Lock()
+	defer l.nextMu.Unlock()
+	if err := l.failure(); err != nil {
+		return nil, err
+	}
+	if int(l.held.Load()) == len(l.slots) {
+		return nil, fmt.Errorf("%w: release some of the %d batches first", ErrHeld, len(l.slots))
+	}
+	t0 := time.Now()
+	s := l.pending
+	if s == nil {
+		var ok bool
+		select {
+		case s, ok = <-l.ordered:
+			if !ok {
+				if err := l.failure(); err != nil {
+					return nil, err
+				}
+				return nil, io.EOF
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.closing:
+			return nil, ErrClosed
+		}
+	}
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		l.pending = s
+		return nil, ctx.Err()
+	case <-l.closing:
+		return nil, ErrClosed
+	}
+	l.pending = nil
+	t1 := time.Now()
+	if s.err != nil {
+		l.fail(s.err)
+		l.free <- s
+		return nil, l.failure()
+	}
+	s.out.Store(true)
+	l.held.Add(1)
+	l.mu.Lock()
+	l.accountLocked(s, t0, t1)
+	l.state = State{Epoch: s.batch.Epoch, Batch: s.batch.Index + 1, Fingerprint: l.fingerprint}
+	if l.state.Batch == l.perEpoch {
+		l.state.Epoch, l.state.Batch = l.state.Epoch+1, 0
+	}
+	l.mu.Unlock()
+	return &s.batch, nil
+}
+
+// State returns the position of the next batch Next will return: save it
+// after processing a batch to resume after that batch.
+func (l *Loader) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// fail records the first failure.
+func (l *Loader) fail(err error) {
+	l.mu.Lock()
+	if l.err == nil {
+		l.err = err
+	}
+	l.mu.Unlock()
+}
+
+// failure returns the recorded failure, or ErrClosed after Close.
+func (l *Loader) failure() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	return l.err
+}
+
+// planError counts and logs an advisory Planner failure.
+func (l *Loader) planError(err error) {
+	l.counters.planErrors.Add(1)
+	l.cfg.Logger.Warn("loader: plan", "plan", l.planID, "err", err)
+}
+
+// Close stops the Loader, waits for its goroutines, releases the shards it
+// holds (except those of unreleased zero-copy Batches, released with
+// them), and drops its plan from the Planner. Batches already returned
+// stay valid until released. Close returns errors releasing leases; calling
+// it again returns the same.
+func (l *Loader) Close() error {
+	l.closeOnce.Do(func() { l.closeErr = l.shutdown() })
+	return l.closeErr
+}
+
+// shutdown is the first Close.
+func (l *Loader) shutdown() error {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	close(l.closing)
+	l.cancel()
+	l.wg.Wait()
+	var dead []*group
+	l.table.mu.Lock()
+	for _, s := range l.slots {
+		if s.refsHeld && !s.out.Load() {
+			s.refsHeld = false
+			for _, g := range s.groups {
+				dead = l.table.unrefLocked(g, dead)
+			}
+		}
+	}
+	for _, g := range slices.Collect(maps.Values(l.table.groups)) {
+		if g.planRef {
+			g.planRef = false
+			dead = l.table.unrefLocked(g, dead)
+		}
+	}
+	l.table.mu.Unlock()
+	err := l.release(dead)
+	if p := l.cfg.Planner; p != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), planDropTimeout)
+		if perr := p.DropPlan(ctx, l.planID); perr != nil {
+			l.planError(perr)
+		}
+		cancel()
+	}
+	return err
+}

@@ -1,0 +1,7 @@
+package sampler
+
+// Known outputs of TestPinnedOrders (rows 4,4,4,4; seed 7; epoch 1).
+var (
+	pinnedWindow = []int64{11, 8, 13, 10, 12, 15, 9, 14, 6, 7, 5, 1, 2, 3, 0, 4}
+	pinnedGlobal = []int64{2, 10, 14, 6, 15, 13, 1, 0, 5, 8, 4, 3, 7, 9, 11, 12}
+)

@@ -1,0 +1,106 @@
+package loader
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// Source lends the arrays of cached objects. FromStore adapts an
+// *mmapstore.Store (over a tier.Cache in-process, or over the daemon's
+// control client); tests may supply their own. Implementations must be safe
+// for concurrent use.
+type Source interface {
+	// Acquire returns a lease on o's array, fetching o first if needed.
+	Acquire(ctx context.Context, o fetch.Object) (Lease, error)
+}
+
+// Lease is a loan of one object's array. The array's bytes are valid, and
+// must not be modified, until Release. mmapstore.Lease satisfies it.
+type Lease interface {
+	// Array returns the object parsed as a .npy array.
+	Array() (array.Array, error)
+	// Release ends the loan.
+	Release() error
+}
+
+// FromStore returns a Source over s: each Acquire is s.Acquire.
+func FromStore(s *mmapstore.Store) Source { return storeSource{s} }
+
+// storeSource adapts *mmapstore.Store to Source.
+type storeSource struct{ s *mmapstore.Store }
+
+// Acquire implements Source.
+func (ss storeSource) Acquire(ctx context.Context, o fetch.Object) (Lease, error) {
+	l, err := ss.s.Acquire(ctx, o)
+	if err != nil {
+		return nil, err // never a typed nil in the interface
+	}
+	return l, nil
+}
+
+var _ Lease = mmapstore.Lease{}
+
+// Planner is a cache that takes access plans: it prefetches ahead of the
+// reader and evicts what is needed last. A Loader announces, at the start
+// of each epoch, the objects it will acquire (the rest of the epoch and the
+// whole next one, shard by shard, each shard's arrays in Dataset.Names
+// order), reports its progress through them, and drops the plan when it is
+// closed. Plans are advice: the Loader counts a Planner's errors in Stats
+// and carries on. Implementations must be safe for concurrent use.
+type Planner interface {
+	// Plan announces that objs will be acquired in this order, replacing
+	// any plan with the same id. Position 0 is objs[0].
+	Plan(ctx context.Context, id string, objs []fetch.Object) error
+	// AdvancePlan reports that plan id's reader has reached position pos:
+	// it is about to acquire objs[pos]; earlier objects are behind it
+	// (though the last few stay leased while in use).
+	AdvancePlan(ctx context.Context, id string, pos int) error
+	// DropPlan forgets plan id.
+	DropPlan(ctx context.Context, id string) error
+}
+
+// *tier.Cache takes plans in-process.
+var _ Planner = (*tier.Cache)(nil)
+
+// Stager is a cache that can make objects local ahead of Acquire in two
+// steps, which the Loader times separately to tell a stall waiting for the
+// network from one waiting for a copy into memory. The Loader stages each
+// shard just before it needs it (Config.Lookahead shards ahead), so Promote
+// is also how a shard reaches the fast tier just before use.
+// Implementations must be safe for concurrent use.
+type Stager interface {
+	// Fetch returns once every object is in the cache (on disk),
+	// downloading what is missing.
+	Fetch(ctx context.Context, objs []fetch.Object) error
+	// Promote returns once every object is in the cache's fastest tier,
+	// or could not be placed there (then it is served from where it is;
+	// errors are advisory).
+	Promote(ctx context.Context, objs []fetch.Object) error
+}
+
+// CacheStager returns a Stager over an in-process tier.Cache: Fetch is
+// FetchObjects at demand priority, Promote is PromoteObjects (and nothing,
+// without a shm tier).
+func CacheStager(c *tier.Cache) Stager { return cacheStager{c} }
+
+// cacheStager adapts *tier.Cache to Stager.
+type cacheStager struct{ c *tier.Cache }
+
+// Fetch implements Stager.
+func (cs cacheStager) Fetch(ctx context.Context, objs []fetch.Object) error {
+	return cs.c.FetchObjects(ctx, objs, fetch.Demand)
+}
+
+// Promote implements Stager.
+func (cs cacheStager) Promote(ctx context.Context, objs []fetch.Object) error {
+	_, err := cs.c.PromoteObjects(ctx, objs)
+	if errors.Is(err, tier.ErrNoShm) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,321 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/plan"
+)
+
+// Access plans make the cache clairvoyant (see the package documentation,
+// Plans): loaders announce the order in which they will open objects, and
+// the cache prefetches ahead of them, promotes just before use, and evicts
+// what is needed last. The policy itself is package plan; this file wires
+// it to the tiers.
+
+const (
+	// planFetchBatch is how many objects one prefetch round fetches.
+	planFetchBatch = 4
+	// promoteAhead is how many plan positions ahead of a reader cached
+	// objects are queued for promotion to the shm tier.
+	promoteAhead = 4
+	// planBudgetShare is the share of the base budget that the lookahead
+	// may hold, so plans never crowd out everything else.
+	planBudgetShare = 2
+)
+
+// ErrNoPlan means AdvancePlan or DropPlan named a plan that is not
+// announced.
+var ErrNoPlan = errors.New("tier: no such plan")
+
+// plans is what the cache knows of the announced plans. Every field but
+// wake is guarded by Cache.mu.
+type plans struct {
+	wake    chan struct{} // capacity 1: wakes the planner goroutine
+	idx     *plan.Index[string]
+	readers map[string]*reader       // by plan id
+	objects map[string]planned       // by index key: every object of every plan
+	failed  map[string]bool          // prefetches that failed; retried when re-announced
+	busy    map[string]bool          // being prefetched by the planner
+	sizes   int64                    // sum of the known sizes in objects
+	known   int                      // how many sizes are known
+	fetch   plan.Meter               // bytes per second the planner fetches
+	consume plan.Meter               // bytes per second readers advance through plans
+	stats   PlanStats                // counters
+	cands   []plan.Candidate[string] // scratch for victimsLocked
+	ents    []*entry                 // scratch: the entries cands tag
+}
+
+// reader is one plan's reader: its keys and when it last advanced.
+type reader struct {
+	keys   []string
+	cursor int
+	at     time.Time
+}
+
+// planned is one object of the plans: as announced (a non-zero
+// generation pins it), how many plans hold it, and its size if known.
+type planned struct {
+	obj  fetch.Object
+	refs int
+	size int64
+}
+
+// PlanStats describes the announced plans and what the planner did.
+type PlanStats struct {
+	// Plans is the number of announced plans; Objects the distinct
+	// objects they hold.
+	Plans, Objects int
+	// Prefetched counts the objects the planner fetched ahead of readers,
+	// PrefetchedBytes their bytes.
+	Prefetched, PrefetchedBytes int64
+	// FetchRate and ConsumeRate are the measured rates, in bytes per
+	// second, of the planner's fetches and of readers advancing through
+	// their plans (0: not measured yet).
+	FetchRate, ConsumeRate float64
+	// Lookahead is how many bytes ahead of the readers the planner last
+	// aimed to hold.
+	Lookahead int64
+}
+
+// newPlans returns the state of a cache without plans.
+func newPlans() *plans {
+	return &plans{wake: make(chan struct{}, 1), idx: plan.NewIndex[string](), readers: make(map[string]*reader),
+		objects: make(map[string]planned), failed: make(map[string]bool), busy: make(map[string]bool)}
+}
+
+// active reports whether victims are chosen by plan (p may be nil).
+func (p *plans) active() bool { return p != nil && p.idx.Plans() > 0 }
+
+// notify wakes the planner.
+func (p *plans) notify() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Plan announces that a reader will open objs in this order, as plan id
+// (replacing a plan with that id), and that it is at position 0. From then
+// on, while any plan is announced, eviction in both tiers takes first the
+// entries that no plan will use again (least recently used first), then
+// the planned ones whose next use is farthest; pinned entries and entries
+// in use are never evicted. A background planner prefetches the objects
+// the plans need next, as far ahead as the measured fetch and consumption
+// rates call for (never displacing an object needed sooner), and queues
+// the next few cached ones for promotion to the shm tier.
+func (c *Cache) Plan(ctx context.Context, id string, objs []fetch.Object) error {
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		if err := checkObject(o); err != nil {
+			return fmt.Errorf("tier: plan %q: %w", id, err)
+		}
+		keys[i] = indexKey(o.Bucket, o.Name)
+	}
+	end, err := c.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tier: plan %q: %w", id, err)
+	}
+	c.mu.Lock()
+	p := c.plans
+	p.dropLocked(id)
+	p.idx.Announce(id, keys)
+	r := &reader{at: time.Now()}
+	seen := make(map[string]bool, len(keys))
+	for i, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		pl := p.objects[k]
+		pl.obj, pl.refs = objs[i], pl.refs+1
+		p.objects[k] = pl
+		delete(p.failed, k)
+	}
+	r.keys = keys
+	p.readers[id] = r
+	c.mu.Unlock()
+	p.notify()
+	return nil
+}
+
+// AdvancePlan reports that plan id's reader is about to open the object
+// at position pos; what comes before is behind it. It fails with
+// ErrNoPlan for a plan that is not announced.
+func (c *Cache) AdvancePlan(ctx context.Context, id string, pos int) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tier: advance plan %q: %w", id, err)
+	}
+	c.mu.Lock()
+	p := c.plans
+	r := p.readers[id]
+	if r == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("tier: advance plan %q: %w", id, ErrNoPlan)
+	}
+	pos = min(max(pos, 0), len(r.keys))
+	now := time.Now()
+	if pos > r.cursor {
+		var n int64
+		avg := p.avgSize()
+		for _, k := range r.keys[r.cursor:pos] {
+			if s := p.objects[k].size; s > 0 {
+				n += s
+			} else {
+				n += avg
+			}
+		}
+		p.consume.Observe(now.Sub(r.at), float64(n))
+	}
+	r.cursor, r.at = pos, now
+	p.idx.Advance(id, pos)
+	c.mu.Unlock()
+	p.notify()
+	return nil
+}
+
+// DropPlan forgets plan id. It fails with ErrNoPlan for a plan that is not
+// announced.
+func (c *Cache) DropPlan(ctx context.Context, id string) error {
+	c.mu.Lock()
+	ok := c.plans.dropLocked(id)
+	c.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("tier: drop plan %q: %w", id, ErrNoPlan)
+	}
+	return nil
+}
+
+// dropLocked forgets plan id, if announced, and reports whether it was.
+func (p *plans) dropLocked(id string) bool {
+	r := p.readers[id]
+	if r == nil {
+		return false
+	}
+	delete(p.readers, id)
+	p.idx.Remove(id)
+	seen := make(map[string]bool, len(r.keys))
+	for _, k := range r.keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		pl := p.objects[k]
+		if pl.refs--; pl.refs > 0 {
+			p.objects[k] = pl
+			continue
+		}
+		if pl.size > 0 {
+			p.sizes -= pl.size
+			p.known--
+		}
+		delete(p.objects, k)
+		delete(p.failed, k)
+	}
+	return true
+}
+
+// noteSizeLocked records the size of planned object k.
+func (p *plans) noteSizeLocked(k string, size int64) {
+	pl, ok := p.objects[k]
+	if !ok || pl.size == size {
+		return
+	}
+	if pl.size > 0 {
+		p.sizes -= pl.size
+		p.known--
+	}
+	pl.size = size
+	p.objects[k] = pl
+	p.sizes += size
+	p.known++
+}
+
+// avgSize is the mean size of the planned objects whose size is known, or
+// 0 if none is.
+func (p *plans) avgSize() int64 {
+	if p.known == 0 {
+		return 0
+	}
+	return p.sizes / int64(p.known)
+}
+
+// PlanStats returns a snapshot of the plans and the planner's counters.
+func (c *Cache) PlanStats() PlanStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.plans
+	s := p.stats
+	s.Plans, s.Objects = len(p.readers), len(p.objects)
+	s.FetchRate, _ = p.fetch.Rate()
+	s.ConsumeRate, _ = p.consume.Rate()
+	return s
+}
+
+// PromoteObjects copies each of objs that is cached (at its generation,
+// if one is given) into the shm tier, synchronously, like Promote does for
+// a prefix. It returns how many it copied and the failures joined
+// (ErrNoSpace for those that do not fit); without a shm tier it returns
+// ErrNoShm.
+func (c *Cache) PromoteObjects(ctx context.Context, objs []fetch.Object) (int, error) {
+	end, err := c.begin()
+	if err != nil {
+		return 0, err
+	}
+	defer end()
+	if c.hot == nil {
+		return 0, c.noShm()
+	}
+	c.mu.Lock()
+	var es []*entry
+	for _, o := range objs {
+		e := c.entries[indexKey(o.Bucket, o.Name)]
+		if e != nil && e.hot == nil && (o.Generation == 0 || o.Generation == e.rec.gen) {
+			es = append(es, e)
+		}
+	}
+	c.mu.Unlock()
+	return c.promoteAll(ctx, es)
+}
+
+// FetchObjects makes sure every one of objs is cached, downloading what is
+// missing at priority p, as Prefetch does. An object with a Generation is
+// cached at exactly that generation (stat'ed first unless cached at it).
+func (c *Cache) FetchObjects(ctx context.Context, objs []fetch.Object, p fetch.Priority) error {
+	return c.fetchObjects(ctx, objs, p, nil)
+}
+
+// fetchObjects is FetchObjects with Prefetch's progress callback.
+func (c *Cache) fetchObjects(ctx context.Context, objs []fetch.Object, p fetch.Priority, progress func(Progress)) error {
+	var errs []error
+	as := make([]fetch.Attrs, 0, len(objs))
+	for _, o := range objs {
+		if o.Generation == 0 {
+			as = append(as, fetch.Attrs{Object: o}) // Prefetch stats it
+			continue
+		}
+		c.mu.Lock()
+		e := c.entries[indexKey(o.Bucket, o.Name)]
+		var a fetch.Attrs
+		if e != nil && e.rec.gen == o.Generation {
+			a = e.attrs()
+		}
+		c.mu.Unlock()
+		if a.Generation == 0 {
+			var err error
+			if a, err = c.cfg.src.Stat(ctx, o); err != nil {
+				errs = append(errs, fmt.Errorf("tier: fetch %s: %w", o, err))
+				continue
+			}
+		}
+		as = append(as, a)
+	}
+	return errors.Join(append(errs, c.Prefetch(ctx, as, p, progress))...)
+}

@@ -1,0 +1,268 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// objSize is the size of the test objects: a whole number of blocks, so
+// that budgets count objects exactly.
+const objSize = 16 << 10
+
+// planHooks makes c report planner rounds ("planned" notes, key = the
+// number of objects) and promotions to a new hookLog.
+func planHooks(c *Cache) *hookLog {
+	l, h := newHooks(nil, nil)
+	h.planned = func(n int, err error) { l.notes <- note{kind: "planned", key: fmt.Sprint(n), err: err} }
+	c.hooks.Store(h)
+	return l
+}
+
+// awaitIdle waits until the planner reports going idle.
+func (l *hookLog) awaitIdle(t testing.TB) {
+	t.Helper()
+	for {
+		if n := l.next(t, "the planner to go idle"); n.kind == "planned" && n.key == "0" {
+			return
+		}
+	}
+}
+
+// putObjects writes bkt/name for each name, objSize bytes each.
+func (e *dirEnv) putObjects(t testing.TB, names ...string) []fetch.Object {
+	t.Helper()
+	var out []fetch.Object
+	for i, n := range names {
+		e.put(t, "bkt", n, pattern(i+1, objSize))
+		out = append(out, obj("bkt", n))
+	}
+	return out
+}
+
+// residents returns which of names are cached.
+func residents(c *Cache, names ...string) map[string]bool {
+	out := make(map[string]bool)
+	for _, n := range names {
+		_, out[n] = c.Lookup("bkt", n)
+	}
+	return out
+}
+
+// touch opens and closes each object, in order (so the last is the most
+// recently used).
+func touch(t testing.TB, c *Cache, os ...fetch.Object) {
+	t.Helper()
+	for _, o := range os {
+		h, err := c.Open(context.Background(), o)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", o, err)
+		}
+		h.Close()
+	}
+}
+
+func TestPlanEvictsFarthestNextUse(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	hooks := planHooks(c)
+	o := e.putObjects(t, "a", "b", "c", "d", "e")
+	touch(t, c, o[2], o[0], o[1]) // LRU order: c, a, b
+	if err := c.Plan(context.Background(), "p", []fetch.Object{o[1], o[2], o[0]}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t) // everything planned is cached: nothing to prefetch
+	touch(t, c, o[3])  // unplanned d needs room: LRU would evict c; a is needed last
+	if got := residents(c, "a", "b", "c", "d"); got["a"] || !got["b"] || !got["c"] || !got["d"] {
+		t.Errorf("after opening d: cached %v; want a evicted (farthest next use)", got)
+	}
+	touch(t, c, o[4]) // e needs room: d, used by no plan, goes first though most recent
+	if got := residents(c, "b", "c", "d", "e"); got["d"] || !got["b"] || !got["c"] || !got["e"] {
+		t.Errorf("after opening e: cached %v; want d evicted (no next use)", got)
+	}
+	if err := c.DropPlan(context.Background(), "p"); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, c, o[3]) // without plans, LRU again: c, opened first, goes
+	if got := residents(c, "b", "c", "e", "d"); !got["b"] || got["c"] || !got["e"] || !got["d"] {
+		t.Errorf("after dropping the plan: cached %v; want c evicted (LRU)", got)
+	}
+	checkInvariants(t, c)
+}
+
+func TestPlanNeverEvictsPinnedOrInUse(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	hooks := planHooks(c)
+	o := e.putObjects(t, "a", "b", "c", "d")
+	touch(t, c, o[0], o[1], o[2])
+	if _, err := c.Pin(context.Background(), "bkt", "a"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Open(context.Background(), o[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := c.Plan(context.Background(), "p", []fetch.Object{o[2]}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	touch(t, c, o[3]) // a and b, used by no plan, would go first, but one is pinned and one in use
+	if got := residents(c, "a", "b", "c", "d"); !got["a"] || !got["b"] || got["c"] || !got["d"] {
+		t.Errorf("cached %v; want c evicted: the only copy neither pinned nor in use", got)
+	}
+	checkInvariants(t, c)
+}
+
+func TestPlannerPrefetchesAhead(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 4*objSize))
+	hooks := planHooks(c)
+	names := []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"}
+	o := e.putObjects(t, names...)
+	ctx := context.Background()
+	if err := c.Plan(ctx, "p", o); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	// Half the budget (two objects) ahead of the reader.
+	want := map[string]bool{"o0": true, "o1": true}
+	if got := residents(c, names...); !same(got, want) {
+		t.Errorf("after Plan: cached %v; want %v", got, want)
+	}
+	if err := c.AdvancePlan(ctx, "p", 2); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	want = map[string]bool{"o0": true, "o1": true, "o2": true, "o3": true}
+	if got := residents(c, names...); !same(got, want) {
+		t.Errorf("at 2: cached %v; want %v", got, want)
+	}
+	if err := c.AdvancePlan(ctx, "p", 4); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	// o4 and o5 displace what the reader has passed, least recent first.
+	want = map[string]bool{"o2": true, "o3": true, "o4": true, "o5": true}
+	if got := residents(c, names...); !same(got, want) {
+		t.Errorf("at 4: cached %v; want %v", got, want)
+	}
+	st := c.PlanStats()
+	if st.Plans != 1 || st.Objects != 8 || st.Prefetched != 6 || st.PrefetchedBytes != 6*objSize ||
+		st.FetchRate <= 0 || st.ConsumeRate <= 0 || st.Lookahead < objSize {
+		t.Errorf("PlanStats = %+v", st)
+	}
+	if c.Stats().Misses != 0 {
+		t.Errorf("the planner's prefetches counted as misses")
+	}
+	checkInvariants(t, c)
+}
+
+// same reports whether got holds exactly the true keys of want.
+func same(got, want map[string]bool) bool {
+	for k, v := range got {
+		if v != want[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPlanShmCopyGoesAfterLastUse(t *testing.T) {
+	e := newDirEnv(t)
+	cfg := e.shmConfig(t.TempDir(), shmDir(t), 0, 2*objSize)
+	cfg.PromoteHits = -1
+	c := openCache(t, cfg)
+	hooks := planHooks(c)
+	o := e.putObjects(t, "a", "b", "c")
+	ctx := context.Background()
+	touch(t, c, o...)
+	if n, err := c.PromoteObjects(ctx, o[:2]); n != 2 || err != nil {
+		t.Fatalf("PromoteObjects(a, b) = %d, %v", n, err)
+	}
+	touch(t, c, o[0], o[1]) // in shm, a is now the least recently used
+	if err := c.Plan(ctx, "p", []fetch.Object{o[0], o[1], o[2], o[0]}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	if err := c.AdvancePlan(ctx, "p", 2); err != nil { // past a and b; c next, then a again
+		t.Fatal(err)
+	}
+	if err := hooks.awaitPromoted(t, "bkt", "c"); err != nil { // queued: c is next
+		t.Fatalf("promotion of c before use: %v", err)
+	}
+	if got := []string{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Shm || got[1] != Disk || got[2] != Shm {
+		t.Errorf("tiers of a, b, c = %v; want shm, disk, shm: b is done, a is used again", got)
+	}
+	checkInvariants(t, c)
+}
+
+func TestPlanErrors(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 0))
+	ctx := context.Background()
+	if err := c.AdvancePlan(ctx, "nope", 1); !errors.Is(err, ErrNoPlan) {
+		t.Errorf("AdvancePlan(unknown) = %v; want ErrNoPlan", err)
+	}
+	if err := c.DropPlan(ctx, "nope"); !errors.Is(err, ErrNoPlan) {
+		t.Errorf("DropPlan(unknown) = %v; want ErrNoPlan", err)
+	}
+	if err := c.Plan(ctx, "p", []fetch.Object{{Bucket: "bkt"}}); !errors.Is(err, fetch.ErrInvalidName) {
+		t.Errorf("Plan(no name) = %v; want fetch.ErrInvalidName", err)
+	}
+	if _, err := c.PromoteObjects(ctx, nil); !errors.Is(err, ErrNoShm) {
+		t.Errorf("PromoteObjects without shm = %v; want ErrNoShm", err)
+	}
+	o := e.putObjects(t, "x", "x2")
+	touch(t, c, o...)
+	hooks := planHooks(c)
+	if err := c.Plan(ctx, "p", o); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	for n := hooks.next(t, "the planner to exit"); n.kind != "exited" || n.key != "planner"; n = hooks.next(t, "the planner to exit") {
+	}
+	if err := c.Plan(ctx, "p", o); !errors.Is(err, ErrClosed) {
+		t.Errorf("Plan after Close = %v; want ErrClosed", err)
+	}
+}
+
+func TestPromoteObjectsIsExact(t *testing.T) {
+	e := newDirEnv(t)
+	cfg := e.shmConfig(t.TempDir(), shmDir(t), 0, 0)
+	cfg.PromoteHits = -1
+	c := openCache(t, cfg)
+	o := e.putObjects(t, "x", "x2")
+	touch(t, c, o...)
+	if n, err := c.PromoteObjects(context.Background(), o[:1]); n != 1 || err != nil {
+		t.Fatalf("PromoteObjects(x) = %d, %v", n, err)
+	}
+	if a, b := tierOf(c, "bkt", "x"), tierOf(c, "bkt", "x2"); a != Shm || b != Disk {
+		t.Errorf("tiers of x, x2 = %s, %s; want shm, disk", a, b)
+	}
+}
+
+func TestFetchObjectsPinsGeneration(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 0))
+	a := e.put(t, "bkt", "g", pattern(3, objSize))
+	ctx := context.Background()
+	if err := c.FetchObjects(ctx, []fetch.Object{a.Object}, fetch.Demand); err != nil {
+		t.Fatalf("FetchObjects(%s): %v", a.Object, err)
+	}
+	if en, ok := c.Lookup("bkt", "g"); !ok || en.Attrs.Generation != a.Generation || en.Attrs.Size != objSize {
+		t.Errorf("Lookup = %+v, %v; want generation %d of %d bytes", en, ok, a.Generation, objSize)
+	}
+	if err := c.FetchObjects(ctx, []fetch.Object{a.Object}, fetch.Demand); err != nil {
+		t.Errorf("FetchObjects of a cached generation: %v", err)
+	}
+	gone := a.Object
+	gone.Generation++
+	if err := c.FetchObjects(ctx, []fetch.Object{gone}, fetch.Demand); !errors.Is(err, fetch.ErrNotFound) {
+		t.Errorf("FetchObjects(missing generation) = %v; want fetch.ErrNotFound", err)
+	}
+}
