@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -27,26 +29,40 @@ generation is re-checked against GCS when it was last checked longer ago than
 			if u.Path == "" {
 				return fmt.Errorf("%s names no object", args[0])
 			}
-			a, err := openAgent(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			var oo []tier.OpenOption
-			if cmd.Flags().Changed("revalidate") {
-				oo = append(oo, tier.WithRevalidate(opts.revalidate))
-			}
-			h, err := a.cache.Open(cmd.Context(), fetch.Object{Bucket: u.Bucket, Name: u.Path}, oo...)
-			if err != nil {
-				return err
-			}
-			defer h.Close()
+			o := fetch.Object{Bucket: u.Bucket, Name: u.Path}
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 1<<20)
-			if _, err := io.Copy(w, io.NewSectionReader(h, 0, h.Size())); err != nil {
-				return fmt.Errorf("write %s: %w", u, err)
+			err = withCache(cmd, opts,
+				func(c *control.Client) error {
+					var reval *time.Duration
+					if cmd.Flags().Changed("revalidate") {
+						reval = &opts.revalidate
+					}
+					_, err := c.Read(cmd.Context(), o, w, reval)
+					return err
+				},
+				func(a *agent) error { return localCat(cmd, opts, a, o, w) })
+			if err != nil {
+				return err
 			}
 			return w.Flush()
 		},
 	}
 	return cmd
+}
+
+// localCat copies o from the cache to w.
+func localCat(cmd *cobra.Command, opts *options, a *agent, o fetch.Object, w io.Writer) error {
+	var oo []tier.OpenOption
+	if cmd.Flags().Changed("revalidate") {
+		oo = append(oo, tier.WithRevalidate(opts.revalidate))
+	}
+	h, err := a.cache.Open(cmd.Context(), o, oo...)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	if _, err := io.Copy(w, io.NewSectionReader(h, 0, h.Size())); err != nil {
+		return fmt.Errorf("write %s: %w", o, err)
+	}
+	return nil
 }

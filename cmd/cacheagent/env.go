@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
@@ -19,32 +20,38 @@ type agent struct {
 	cache *tier.Cache
 }
 
-// openAgent connects to GCS and opens the cache directory, taking its lock.
+// openAgent connects to GCS and opens the cache directory, taking its lock,
+// as the resolved config (opts.config()) says. If another process holds the
+// lock, the error names its pid and the socket where no daemon answered.
 func openAgent(ctx context.Context, opts *options) (*agent, error) {
-	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: opts.endpoint})
+	cfg := opts.config()
+	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: cfg.Fetch.Endpoint})
 	if err != nil {
 		return nil, err
 	}
 	dl, err := fetch.NewDownloader(src, fetch.Config{
-		SliceSize:   int64(opts.slice),
-		Connections: opts.connections,
+		SliceSize:   int64(cfg.Fetch.Slice),
+		Connections: cfg.Fetch.Connections,
 	})
 	if err != nil {
 		src.Close()
 		return nil, err
 	}
 	cache, err := tier.Open(ctx, tier.Config{
-		Dir:        opts.cacheDir,
-		MaxBytes:   int64(opts.diskMax),
-		Revalidate: opts.revalidate,
-		Source:     src,
-		Downloader: dl,
-		Logger:     slog.Default(),
+		Dir:         cfg.Tiers.Disk.Dir,
+		MaxBytes:    int64(cfg.Tiers.Disk.Max),
+		ShmDir:      cfg.Tiers.Shm.Dir,
+		ShmMaxBytes: int64(cfg.Tiers.Shm.Max),
+		Revalidate:  time.Duration(cfg.Fetch.Revalidate),
+		Source:      src,
+		Downloader:  dl,
+		Logger:      slog.Default(),
 	})
 	if err != nil {
 		src.Close()
 		if le := (*tier.LockedError)(nil); errors.As(err, &le) {
-			return nil, fmt.Errorf("%w; stop it or use the daemon", err)
+			return nil, fmt.Errorf("%w, and no daemon answers on %s: stop that process, "+
+				"or point --socket (or --config) at its daemon", err, cfg.Control.Socket)
 		}
 		return nil, err
 	}

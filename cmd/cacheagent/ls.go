@@ -3,23 +3,19 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"text/tabwriter"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/daemon"
 )
 
 // lsEntry is one row of `cacheagent ls`.
-type lsEntry struct {
-	Name       string `json:"name"`
-	Generation int64  `json:"generation"`
-	Size       int64  `json:"size"`
-	Tier       string `json:"tier"` // shm, disk or none
-	Pinned     bool   `json:"pinned,omitempty"`
-	// CachedGeneration is set when the cache holds another generation than the live one.
-	CachedGeneration int64 `json:"cached_generation,omitempty"`
-}
+type lsEntry = control.Object
 
 func newLsCmd(opts *options) *cobra.Command {
 	var asJSON bool
@@ -35,66 +31,44 @@ shows what the cache holds and says so.`,
 			if err != nil {
 				return err
 			}
-			a, err := openAgent(cmd.Context(), opts)
+			var res control.ListResult
+			err = withCache(cmd, opts,
+				func(c *control.Client) (err error) {
+					res, err = c.List(cmd.Context(), u.Bucket, u.Path)
+					return err
+				},
+				func(a *agent) (err error) {
+					res, err = daemon.ListObjects(cmd.Context(), a.src, a.cache, u.Bucket, u.Path)
+					return err
+				})
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			rows, err := lsRows(cmd, a, u)
-			if err != nil {
-				return err
+			if res.Warning != "" {
+				slog.Warn(res.Warning)
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIER\tSIZE\tGENERATION\tNAME")
-			for _, r := range rows {
-				tierCol := r.Tier
-				if r.Pinned {
-					tierCol += "*"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%q\n", tierCol, humanize.IBytes(uint64(r.Size)), r.Generation, r.Name)
-			}
-			return tw.Flush()
+			return printObjects(cmd.OutOrStdout(), res.Objects, asJSON)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
 
-func lsRows(cmd *cobra.Command, a *agent, u gsURI) ([]lsEntry, error) {
-	cached := make(map[string]lsEntry)
-	for _, e := range a.cache.Entries(u.Bucket, u.Path) {
-		cached[e.Attrs.Name] = lsEntry{Name: e.Attrs.Name, Generation: e.Attrs.Generation,
-			Size: e.Attrs.Size, Tier: e.Tier, Pinned: e.Pinned}
+// printObjects prints ls rows as a table or JSON.
+func printObjects(w io.Writer, rows []lsEntry, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
 	}
-	objs, err := listAll(cmd.Context(), a.src, u)
-	if err != nil {
-		if cmd.Context().Err() != nil {
-			return nil, err
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIER\tSIZE\tGENERATION\tNAME")
+	for _, r := range rows {
+		tierCol := r.Tier
+		if r.Pinned {
+			tierCol += "*"
 		}
-		slog.Warn("source not listable; showing cached objects only", "err", err)
-		rows := make([]lsEntry, 0, len(cached))
-		for _, e := range a.cache.Entries(u.Bucket, u.Path) {
-			rows = append(rows, cached[e.Attrs.Name])
-		}
-		return rows, nil
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%q\n", tierCol, humanize.IBytes(uint64(r.Size)), r.Generation, r.Name)
 	}
-	rows := make([]lsEntry, 0, len(objs))
-	for _, o := range objs {
-		r := lsEntry{Name: o.Name, Generation: o.Generation, Size: o.Size, Tier: "none"}
-		if c, ok := cached[o.Name]; ok {
-			r.Pinned = c.Pinned
-			if c.Generation == o.Generation {
-				r.Tier = c.Tier
-			} else {
-				r.CachedGeneration = c.Generation
-			}
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
+	return tw.Flush()
 }

@@ -24,6 +24,9 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(holdEnv); spec != "" {
+		os.Exit(holdLease(spec))
+	}
 	dir, err := os.MkdirTemp("", "cacheagent-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

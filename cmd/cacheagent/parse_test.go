@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/cacheagent/cacheagent/daemon"
 )
 
 // FuzzParseGS checks that parseGS never panics and that what it accepts
@@ -37,4 +39,21 @@ func FuzzSizeFlag(f *testing.F) {
 			t.Fatalf("Set(%q) = %d; want a non-negative size", s, v)
 		}
 	})
+}
+
+func TestShmDefault(t *testing.T) {
+	for _, tc := range []struct {
+		disk, shm, want string
+	}{
+		{defaultCacheDir(), shmAuto, defaultShmDir()},
+		{"/tmp/other-cache", shmAuto, ""},
+		{defaultCacheDir(), "none", ""},
+		{"/tmp/other-cache", "/dev/shm/mine", "/dev/shm/mine"},
+	} {
+		var cfg daemon.Config
+		cfg.Tiers.Disk.Dir, cfg.Tiers.Shm.Dir = tc.disk, tc.shm
+		if got := withShmDefault(cfg).Tiers.Shm.Dir; got != tc.want {
+			t.Errorf("withShmDefault(disk %q, shm %q) = %q; want %q", tc.disk, tc.shm, got, tc.want)
+		}
+	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 )
 
@@ -14,9 +16,10 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 	short := map[string]string{
 		"pin":   "Download (if needed) and pin every object under a prefix: never evicted",
 		"unpin": "Unpin every object under a prefix",
-		"evict": "Remove every cached object under a prefix (pinned ones are skipped; open ones go at their last close)",
+		"evict": "Remove every cached object under a prefix (pinned ones are skipped; open ones go when closed)",
 	}[verb]
-	return &cobra.Command{
+	var hot bool
+	cmd := &cobra.Command{
 		Use:   verb + " gs://BUCKET/PREFIX",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
@@ -25,47 +28,82 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := openAgent(cmd.Context(), opts)
+			var r pinResult
+			err = withCache(cmd, opts,
+				func(c *control.Client) (err error) {
+					r, err = remotePin(cmd.Context(), c, verb, u, hot)
+					return err
+				},
+				func(a *agent) (err error) {
+					r, err = localPin(cmd.Context(), a, verb, u, hot)
+					return err
+				})
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			ctx, out := cmd.Context(), cmd.OutOrStdout()
-			switch verb {
-			case "pin":
-				objs, err := listAll(ctx, a.src, u)
-				if err != nil {
-					return err
-				}
-				if err := a.cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
-					return err
-				}
-				n, err := a.cache.Pin(ctx, u.Bucket, u.Path)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "pinned %d objects under %s\n", n, u)
-			case "unpin":
-				n, err := a.cache.Unpin(ctx, u.Bucket, u.Path)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "unpinned %d objects under %s\n", n, u)
-			case "evict":
-				res, err := a.cache.Evict(ctx, u.Bucket, u.Path)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "evicted %d objects under %s", res.Evicted, u)
-				if res.Pending > 0 {
-					fmt.Fprintf(out, "; %d in use, removed at their last close", res.Pending)
-				}
-				if res.Skipped > 0 {
-					fmt.Fprintf(out, "; %d pinned, skipped (unpin first)", res.Skipped)
-				}
-				fmt.Fprintln(out)
-			}
+			r.print(cmd, verb, u)
 			return nil
 		},
 	}
+	if verb == "pin" {
+		cmd.Flags().BoolVar(&hot, "hot", false, "also promote the pinned objects to the shm tier")
+	}
+	return cmd
+}
+
+// pinResult is what pin, unpin and evict did.
+type pinResult struct {
+	n, pending, skipped int
+}
+
+func (r pinResult) print(cmd *cobra.Command, verb string, u gsURI) {
+	out := cmd.OutOrStdout()
+	past := map[string]string{"pin": "pinned", "unpin": "unpinned", "evict": "evicted"}[verb]
+	fmt.Fprintf(out, "%s %d objects under %s", past, r.n, u)
+	if r.pending > 0 {
+		fmt.Fprintf(out, " (%d in use: deleted when their readers let go)", r.pending)
+	}
+	if r.skipped > 0 {
+		fmt.Fprintf(out, " (%d pinned, skipped)", r.skipped)
+	}
+	fmt.Fprintln(out)
+}
+
+// remotePin asks the daemon.
+func remotePin(ctx context.Context, c *control.Client, verb string, u gsURI, hot bool) (pinResult, error) {
+	switch verb {
+	case "pin":
+		n, err := c.Pin(ctx, u.Bucket, u.Path, hot)
+		return pinResult{n: n}, err
+	case "unpin":
+		n, err := c.Unpin(ctx, u.Bucket, u.Path)
+		return pinResult{n: n}, err
+	}
+	r, err := c.Evict(ctx, u.Bucket, u.Path)
+	return pinResult{n: r.Evicted, pending: r.Pending, skipped: r.Skipped}, err
+}
+
+// localPin works on the cache directory.
+func localPin(ctx context.Context, a *agent, verb string, u gsURI, hot bool) (pinResult, error) {
+	switch verb {
+	case "pin":
+		objs, err := listAll(ctx, a.src, u)
+		if err != nil {
+			return pinResult{}, err
+		}
+		if err := a.cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
+			return pinResult{}, err
+		}
+		pin := a.cache.Pin
+		if hot {
+			pin = a.cache.PinHot
+		}
+		n, err := pin(ctx, u.Bucket, u.Path)
+		return pinResult{n: n}, err
+	case "unpin":
+		n, err := a.cache.Unpin(ctx, u.Bucket, u.Path)
+		return pinResult{n: n}, err
+	}
+	r, err := a.cache.Evict(ctx, u.Bucket, u.Path)
+	return pinResult{n: r.Evicted, pending: r.Pending, skipped: r.Skipped}, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -22,24 +23,67 @@ func newPrefetchCmd(opts *options) *cobra.Command {
 		Use:   "prefetch gs://BUCKET/PREFIX",
 		Short: "Download every object under a prefix into the cache",
 		Long: `prefetch lists gs://BUCKET/PREFIX and downloads every object that is not cached yet.
-On a terminal it shows a progress bar (objects, bytes, rate, ETA). Standalone it
-always waits for the downloads to finish.`,
+Through the daemon it starts a job and returns its id; with --wait it follows the
+job to its end. Standalone it always waits. While it waits, it shows a progress
+bar on a terminal (objects, bytes, rate, ETA).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := parseGS(args[0])
 			if err != nil {
 				return err
 			}
-			a, err := openAgent(cmd.Context(), opts)
-			if err != nil {
-				return err
-			}
-			defer a.Close()
-			return runPrefetch(cmd.Context(), a, u, cmd.ErrOrStderr())
+			return withCache(cmd, opts,
+				func(c *control.Client) error { return remotePrefetch(cmd.Context(), c, u, wait, cmd) },
+				func(a *agent) error { return runPrefetch(cmd.Context(), a, u, cmd.ErrOrStderr()) })
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", true, "wait for the prefetch to finish (always, when standalone)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "through the daemon, wait for the job to finish (standalone always waits)")
 	return cmd
+}
+
+// remotePrefetch starts a prefetch job in the daemon and, with wait,
+// follows it, drawing its progress, until it ends.
+func remotePrefetch(ctx context.Context, c *control.Client, u gsURI, wait bool, cmd *cobra.Command) error {
+	j, err := c.Prefetch(ctx, u.Bucket, u.Path, fetch.Warm)
+	if err != nil {
+		return err
+	}
+	if !wait {
+		fmt.Fprintf(cmd.OutOrStdout(), "job %s: prefetching %s in the daemon\n", j.ID, u)
+		return nil
+	}
+	w := cmd.ErrOrStderr()
+	var rep *progressReporter
+	start := time.Now()
+	final, err := c.WatchJob(ctx, j.ID, func(j control.Job) {
+		if rep == nil && j.State != control.JobListing {
+			rep = newProgressReporter(w, int64(j.Progress.Objects), j.Progress.Bytes)
+		}
+		if rep != nil {
+			rep.update(tierProgress(j.Progress))
+		}
+	})
+	if rep != nil {
+		rep.finish()
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintf(w, "job %s goes on in the daemon\n", j.ID)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	printPrefetchSummary(w, u, tierProgress(final.Progress), time.Since(start))
+	if final.State != control.JobDone {
+		return fmt.Errorf("prefetch %s: job %s %s: %s", u, final.ID, final.State, final.Error)
+	}
+	return nil
+}
+
+// tierProgress converts a job's progress for the progress reporter.
+func tierProgress(p control.Progress) tier.Progress {
+	return tier.Progress{Objects: p.Objects, Bytes: p.Bytes, ObjectsDone: p.ObjectsDone, BytesDone: p.BytesDone,
+		BytesFetched: p.BytesFetched, Cached: p.Cached, Failed: p.Failed}
 }
 
 // listAll collects the attributes of every object under u.
@@ -67,13 +111,16 @@ func runPrefetch(ctx context.Context, a *agent, u gsURI, w io.Writer) error {
 	start := time.Now()
 	err = a.cache.Prefetch(ctx, objs, fetch.Warm, rep.update)
 	rep.finish()
-	p := rep.last
-	el := time.Since(start)
+	printPrefetchSummary(w, u, rep.last, time.Since(start))
+	return err
+}
+
+// printPrefetchSummary prints the line that ends a prefetch.
+func printPrefetchSummary(w io.Writer, u gsURI, p tier.Progress, el time.Duration) {
 	fmt.Fprintf(w, "prefetched %s: %d objects, %s (%d already cached), %s fetched in %s (%s/s)\n",
-		u, len(objs), humanize.IBytes(uint64(total)), p.Cached,
+		u, p.Objects, humanize.IBytes(uint64(p.Bytes)), p.Cached,
 		humanize.IBytes(uint64(p.BytesFetched)), el.Round(time.Millisecond),
 		humanize.IBytes(uint64(float64(p.BytesFetched)/max(el.Seconds(), 1e-9))))
-	return err
 }
 
 // progressReporter draws a progress bar on a terminal and prints a line every

@@ -10,17 +10,31 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/daemon"
 )
 
-// options are the flags common to every subcommand.
+// options are the flags common to every subcommand, and the configuration
+// resolved from them and the config file.
 type options struct {
+	configFile  string
 	cacheDir    string
 	diskMax     sizeFlag
+	shmDir      string
+	shmMax      sizeFlag
 	endpoint    string
 	revalidate  time.Duration
 	connections int
 	slice       sizeFlag
+	socket      string
 	logLevel    string
+
+	// cfg is resolved before every subcommand runs (resolveConfig):
+	// defaults, then the config file, then the flags given. Read it with
+	// config().
+	cfg      daemon.Config
+	resolved bool
 }
 
 func newRootCmd() *cobra.Command {
@@ -34,19 +48,33 @@ budget with LRU eviction and pinning.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return setupLogging(opts.logLevel)
+			level := opts.logLevel
+			if cmd.Name() == "serve" && !cmd.Flags().Changed("log-level") {
+				level = "info"
+			}
+			if err := setupLogging(level); err != nil {
+				return err
+			}
+			cfg, err := resolveConfig(cmd, opts)
+			opts.cfg, opts.resolved = cfg, err == nil
+			return err
 		},
 	}
 	f := root.PersistentFlags()
+	f.StringVar(&opts.configFile, "config", "", "YAML config file (see scripts/cacheagent.yaml); flags override it")
 	f.StringVar(&opts.cacheDir, "cache-dir", defaultCacheDir(), "disk tier directory (data and index)")
 	f.Var(&opts.diskMax, "disk-max", "disk tier byte budget, e.g. 300GiB (0 = 90% of the filesystem)")
+	f.StringVar(&opts.shmDir, "shm-dir", shmAuto, "shm (hot) tier directory on a tmpfs; auto: /dev/shm/cacheagent with the default --cache-dir, none otherwise; none: no shm tier")
+	f.Var(&opts.shmMax, "shm-max", "shm tier byte budget, e.g. 32GiB (0 = a quarter of the tmpfs)")
 	f.StringVar(&opts.endpoint, "endpoint", "", "GCS endpoint, e.g. http://127.0.0.1:4443 (STORAGE_EMULATOR_HOST is honoured too)")
 	f.DurationVar(&opts.revalidate, "revalidate", time.Minute, "re-check an object's generation when last checked longer ago than this (negative: never)")
 	f.IntVar(&opts.connections, "connections", 64, "process-wide budget of parallel range reads")
 	f.Var(&opts.slice, "slice", "slice size of parallel ranged downloads")
-	f.StringVar(&opts.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	f.StringVar(&opts.socket, "socket", control.DefaultSocket, "the daemon's control socket; subcommands use the daemon when it answers there")
+	f.StringVar(&opts.logLevel, "log-level", "warn", "log level: debug, info, warn, error (serve: info)")
 
 	root.AddCommand(
+		newServeCmd(opts),
 		newPrefetchCmd(opts),
 		newCatCmd(opts),
 		newLsCmd(opts),
@@ -54,6 +82,9 @@ budget with LRU eviction and pinning.`,
 		newPinCmd(opts, "pin"),
 		newPinCmd(opts, "unpin"),
 		newPinCmd(opts, "evict"),
+		newJobsCmd(opts),
+		newInspectCmd(opts),
+		newLoaderCmd(opts),
 		newMountCmd(opts),
 		newDemoCmd(opts),
 		newBenchCmd(opts),
@@ -69,7 +100,8 @@ func newBenchCmd(opts *options) *cobra.Command {
 		Use:   "bench",
 		Short: "Run the project's benchmarks",
 	}
-	bench.AddCommand(newBenchGPUCmd(opts))
+	bench.AddCommand(newBenchGPUCmd(opts), newBenchControlCmd(opts), newBenchControlLoadCmd(opts),
+		newBenchLoaderCmd(opts))
 	return bench
 }
 

@@ -3,72 +3,104 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/daemon"
 )
 
 // statusReport is what `cacheagent status --json` prints.
-type statusReport struct {
-	CacheDir string       `json:"cache_dir"`
-	Tiers    []tierReport `json:"tiers"`
-}
-
-// tierReport describes one tier's usage.
-type tierReport struct {
-	Name        string  `json:"name"`
-	Dir         string  `json:"dir"`
-	Entries     int64   `json:"entries"`
-	UsedBytes   int64   `json:"used_bytes"`
-	MaxBytes    int64   `json:"max_bytes"`
-	PinnedBytes int64   `json:"pinned_bytes"`
-	Hits        int64   `json:"hits"`
-	Misses      int64   `json:"misses"`
-	HitRatio    float64 `json:"hit_ratio"`
-	Fetched     int64   `json:"bytes_fetched"`
-	Evictions   int64   `json:"evictions"`
-}
+type statusReport = control.Status
 
 func newStatusCmd(opts *options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show tiers, usage and hit ratios",
+		Short: "Show tiers, usage and hit ratios (and, through the daemon, fetches, jobs and leases)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			a, err := openAgent(cmd.Context(), opts)
+			var rep statusReport
+			err := withCache(cmd, opts,
+				func(c *control.Client) (err error) {
+					rep, err = c.Status(cmd.Context())
+					return err
+				},
+				func(a *agent) error {
+					t := opts.config().Tiers
+					rep = statusReport{CacheDir: t.Disk.Dir, Tiers: daemon.TierStatuses(t.Disk.Dir, t.Shm.Dir, a.cache.Stats())}
+					return nil
+				})
 			if err != nil {
 				return err
 			}
-			defer a.Close()
-			s := a.cache.Stats()
-			disk := tierReport{Name: "disk", Dir: opts.cacheDir, Entries: int64(s.Entries),
-				UsedBytes: s.UsedBytes, MaxBytes: s.MaxBytes, PinnedBytes: s.PinnedBytes,
-				Hits: s.Hits, Misses: s.Misses, Fetched: s.BytesFetched, Evictions: s.Evictions}
-			if n := disk.Hits + disk.Misses; n > 0 {
-				disk.HitRatio = float64(disk.Hits) / float64(n)
-			}
-			rep := statusReport{CacheDir: opts.cacheDir, Tiers: []tierReport{disk}}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
 				return enc.Encode(rep)
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "TIER\tENTRIES\tUSED\tMAX\tUSE%\tPINNED\tDIR")
-			for _, t := range rep.Tiers {
-				pct := 0.0
-				if t.MaxBytes > 0 {
-					pct = 100 * float64(t.UsedBytes) / float64(t.MaxBytes)
-				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1f\t%s\t%s\n", t.Name, t.Entries,
-					humanize.IBytes(uint64(t.UsedBytes)), humanize.IBytes(uint64(t.MaxBytes)), pct,
-					humanize.IBytes(uint64(t.PinnedBytes)), t.Dir)
-			}
-			return tw.Flush()
+			return printStatus(cmd.OutOrStdout(), rep)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printStatus prints a status report as tables.
+func printStatus(w io.Writer, rep statusReport) error {
+	if rep.PID != 0 {
+		fmt.Fprintf(w, "daemon pid %d, %s, up %s, socket %s, metrics %s\n", rep.PID, rep.Version,
+			time.Since(rep.Started).Round(time.Second), rep.Socket, orNone(rep.MetricsAddr))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIER\tENTRIES\tUSED\tMAX\tUSE%\tPINNED\tHITS\tDIR")
+	for _, t := range rep.Tiers {
+		pct := 0.0
+		if t.MaxBytes > 0 {
+			pct = 100 * float64(t.UsedBytes) / float64(t.MaxBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%.1f\t%s\t%.1f%%\t%s\n", t.Name, t.Entries,
+			humanize.IBytes(uint64(t.UsedBytes)), humanize.IBytes(uint64(t.MaxBytes)), pct,
+			humanize.IBytes(uint64(t.PinnedBytes)), 100*t.HitRatio, t.Dir)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if f := rep.Fetch; f != nil {
+		fmt.Fprintf(w, "fetch: %d/%d connections, %d slices waiting; %d objects, %s, %d failures, %d CRC failures\n",
+			f.ConnsInUse, f.Connections, f.WaitingSlices, f.Objects, humanize.IBytes(uint64(f.Bytes)),
+			f.Failures, f.CRCFailures)
+	}
+	if rep.PID != 0 {
+		fmt.Fprintf(w, "jobs: %s; %d lease sessions, %d leases; %d plans\n", jobCounts(rep.Jobs),
+			rep.Sessions, rep.Leases, rep.Plans)
+	}
+	return nil
+}
+
+// jobCounts formats job counts by state.
+func jobCounts(m map[control.JobState]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var parts []string
+	for s, n := range m {
+		parts = append(parts, fmt.Sprintf("%d %s", n, s))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+// orNone returns s, or "none" if it is empty.
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -1,0 +1,308 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/synth"
+	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// benchBucket holds the synthetic dataset in the emulator.
+const benchBucket = "bench"
+
+// benchLoaderConfig sizes `cacheagent bench loader`.
+type benchLoaderConfig struct {
+	lf           loaderFlags
+	samples      int
+	sampleBytes  sizeFlag
+	shards       int
+	modes        string
+	epochs       int
+	workers      int
+	prefetch     int
+	writeDir     string
+	policy       bool
+	cacheFrac    float64
+	linkRate     sizeFlag
+	connections  int
+	policyEpochs int
+	policyStep   time.Duration
+	asJSON       bool
+}
+
+// newBenchLoaderCmd is `cacheagent bench loader`.
+func newBenchLoaderCmd(opts *options) *cobra.Command {
+	bc := &benchLoaderConfig{samples: 1 << 19, sampleBytes: 1 << 10, shards: 64, modes: "shard-window,global",
+		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4}
+	cmd := &cobra.Command{
+		Use:   "loader",
+		Short: "Measure the Go loader: samples/s, stalls and bytes read per epoch",
+		Long: `bench loader measures the loader end to end through the cache. Without --data it
+builds a synthetic dataset (--samples rows of --sample-bytes, in --shards shards of
+x.npy and y.npy) in an in-process GCS emulator, then:
+
+  - warm runs: a cache with a shm tier that holds the dataset, warmed by one epoch,
+    then --epochs epochs per shuffle mode in --modes: samples/s, stall share,
+    gather throughput per core against a one-core memcpy measured in the same run;
+  - with --policy, the cache's disk budget at --cache-frac of the dataset and the
+    link shaped to --link-rate per connection: --policy-epochs epochs with LRU
+    eviction (no plans), then with the clairvoyant cache (plans announced, shards
+    staged), each on a fresh cache: epoch time, hit ratio and bytes read per epoch
+    (the first, cold epoch is not counted). --policy-step makes the consumer wait
+    that long on each batch, as a training step would, so that the stall share
+    says how long training would wait for data.
+
+--write-dir also writes the dataset's files there, for scripts/bench/torch_peer.py.
+With --data it reads that dataset through the cache (the cache directory's flags)
+for --epochs epochs and reports each.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var rep benchLoaderReport
+			var err error
+			if bc.lf.data != "" || bc.lf.manifest != "" {
+				rep, err = benchLoaderData(cmd.Context(), opts, bc)
+			} else {
+				rep, err = benchLoaderSynthetic(cmd.Context(), cmd.ErrOrStderr(), bc)
+			}
+			if err != nil {
+				return err
+			}
+			if bc.asJSON {
+				return writeJSON(cmd.OutOrStdout(), rep)
+			}
+			return printBenchLoader(cmd.OutOrStdout(), rep)
+		},
+	}
+	bc.register(cmd.Flags())
+	return cmd
+}
+
+// register adds the benchmark's flags to f.
+func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
+	bc.lf.register(f)
+	f.IntVar(&bc.samples, "samples", bc.samples, "synthetic dataset: samples")
+	f.Var(&bc.sampleBytes, "sample-bytes", "synthetic dataset: bytes of each sample's x row (y adds 8)")
+	f.IntVar(&bc.shards, "shards", bc.shards, "synthetic dataset: shards")
+	f.StringVar(&bc.modes, "modes", bc.modes, "shuffle modes of the warm runs, comma-separated")
+	f.IntVar(&bc.workers, "workers", 0, "gathering goroutines (0: GOMAXPROCS)")
+	f.IntVar(&bc.prefetch, "prefetch", 0, "batch buffers (0: the loader's default)")
+	f.StringVar(&bc.writeDir, "write-dir", "", "also write the synthetic dataset's .npy files into this directory")
+	f.BoolVar(&bc.policy, "policy", false, "also compare LRU and clairvoyant eviction with the cache at --cache-frac")
+	f.Float64Var(&bc.cacheFrac, "cache-frac", bc.cacheFrac, "policy runs: disk budget as a share of the dataset")
+	f.Var(&bc.linkRate, "link-rate", "policy runs: emulated bytes per second per connection")
+	f.IntVar(&bc.connections, "conns", bc.connections, "policy runs: parallel range reads")
+	f.IntVar(&bc.policyEpochs, "policy-epochs", bc.policyEpochs, "policy runs: epochs, the first one cold")
+	f.DurationVar(&bc.policyStep, "policy-step", 0, "policy runs: time the consumer spends on each batch, as a training step would")
+	f.BoolVar(&bc.asJSON, "json", false, "print JSON")
+	// The shared --epochs flag means the measured epochs here.
+	f.Lookup("epochs").DefValue, f.Lookup("epochs").Usage = "3", "epochs measured per run"
+	bc.lf.epochs = 3
+}
+
+// benchDataset is the synthetic dataset: its shape and its objects.
+type benchDataset struct {
+	data  synth.Dataset
+	bytes int64
+	objs  []fakestorage.Object
+}
+
+// newBenchDataset builds the synthetic dataset of bc.
+func newBenchDataset(bc *benchLoaderConfig) (*benchDataset, error) {
+	if bc.samples <= 0 || bc.shards <= 0 || bc.sampleBytes <= 0 || bc.samples < bc.shards {
+		return nil, errors.New("bench loader: --samples, --shards and --sample-bytes must be positive, samples >= shards")
+	}
+	d := &benchDataset{data: synth.Dataset{Rows: make([]int, bc.shards), RowBytes: int(bc.sampleBytes)}}
+	for i := range d.data.Rows {
+		d.data.Rows[i] = bc.samples / bc.shards
+		if i < bc.samples%bc.shards {
+			d.data.Rows[i]++
+		}
+	}
+	err := d.data.Write("train/", func(name string, b []byte) error {
+		d.objs = append(d.objs, fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: benchBucket,
+			Name: name}, Content: b})
+		d.bytes += int64(len(b))
+		return nil
+	})
+	return d, err
+}
+
+// benchLoaderSynthetic runs the synthetic benchmark; progress goes to log.
+func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderConfig) (benchLoaderReport, error) {
+	var rep benchLoaderReport
+	ds, err := newBenchDataset(bc)
+	if err != nil {
+		return rep, err
+	}
+	rep.Dataset = benchDatasetReport{Samples: ds.data.Samples(), Shards: bc.shards, SampleBytes: int(bc.sampleBytes),
+		Bytes: ds.bytes}
+	if bc.writeDir != "" {
+		if err := ds.data.WriteDir(bc.writeDir, benchBucket, "train/"); err != nil {
+			return rep, err
+		}
+	}
+	fmt.Fprintf(log, "seeding the emulator with %d objects, %s\n", len(ds.objs), humanize.IBytes(uint64(ds.bytes)))
+	emu, err := emulator.Start(emulator.Options{Objects: ds.objs})
+	if err != nil {
+		return rep, err
+	}
+	defer emu.Close()
+	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
+	if err != nil {
+		return rep, err
+	}
+	defer src.Close()
+	dataset, err := loader.FromPattern(ctx, src, benchBucket, "train/", synth.Pattern)
+	if err != nil {
+		return rep, err
+	}
+	rep.MemcpyGBps = memcpyGBps()
+	for _, mode := range strings.Split(bc.modes, ",") {
+		fmt.Fprintf(log, "warm run, %s\n", mode)
+		run, err := benchWarm(ctx, src, dataset, ds.bytes, bc, mode)
+		if err != nil {
+			return rep, err
+		}
+		run.GatherVsMemcpy = run.GatherGBps / rep.MemcpyGBps
+		rep.Runs = append(rep.Runs, run)
+	}
+	if bc.policy {
+		emu.SetShape(emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: int64(bc.linkRate)})
+		for _, clairvoyant := range []bool{false, true} {
+			fmt.Fprintf(log, "policy run, clairvoyant %v\n", clairvoyant)
+			run, err := benchPolicy(ctx, src, dataset, ds.bytes, bc, clairvoyant)
+			if err != nil {
+				return rep, err
+			}
+			rep.Runs = append(rep.Runs, run)
+		}
+	}
+	return rep, nil
+}
+
+// benchCache is a cache in temporary directories with a Store over it.
+type benchCache struct {
+	cache *tier.Cache
+	store *mmapstore.Store
+	dirs  []string
+}
+
+// openBenchCache opens a cache of the given disk budget (and a shm tier of
+// shmMax if positive) over src. With keepMaps its Store keeps idle
+// mappings (warm runs: no re-mapping each epoch); without, it unmaps on
+// the last release, so that the cache may evict what the loader let go.
+func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, shmMax int64,
+	keepMaps bool) (*benchCache, error) {
+	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 2 << 20, Connections: conns})
+	if err != nil {
+		return nil, err
+	}
+	bc := &benchCache{}
+	dir, err := os.MkdirTemp("", "cacheagent-bench-loader-")
+	if err != nil {
+		return nil, err
+	}
+	bc.dirs = append(bc.dirs, dir)
+	cfg := tier.Config{Dir: filepath.Join(dir, "cache"), MaxBytes: diskMax, Revalidate: -1, PromoteHits: -1,
+		Source: src, Downloader: dl}
+	if shmMax > 0 {
+		shm, err := os.MkdirTemp("/dev/shm", "cacheagent-bench-loader-")
+		if err != nil {
+			bc.remove()
+			return nil, err
+		}
+		bc.dirs = append(bc.dirs, shm)
+		cfg.ShmDir, cfg.ShmMaxBytes = shm, shmMax
+	}
+	if bc.cache, err = tier.Open(ctx, cfg); err != nil {
+		bc.remove()
+		return nil, err
+	}
+	scfg := mmapstore.Config{Revalidate: -1}
+	if !keepMaps {
+		scfg.MaxIdleMappings = -1
+	}
+	bc.store = mmapstore.New(mmapstore.FromCache(bc.cache), scfg)
+	return bc, nil
+}
+
+// remove removes the cache's directories.
+func (bc *benchCache) remove() {
+	for _, d := range bc.dirs {
+		os.RemoveAll(d)
+	}
+}
+
+// Close closes the store and the cache and removes the directories.
+func (bc *benchCache) Close() error {
+	err := errors.Join(bc.store.Close(), bc.cache.Close())
+	bc.remove()
+	return err
+}
+
+// benchWarm reads the dataset for one warm-up and bc.lf.epochs measured
+// epochs, in shuffle mode mode, from a cache whose shm tier holds it all.
+func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
+	mode string) (benchLoaderRun, error) {
+	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, true)
+	if err != nil {
+		return benchLoaderRun{}, err
+	}
+	defer c.Close()
+	cfg, err := bc.loaderConfig(ds, mode, 1+bc.lf.epochs)
+	if err != nil {
+		return benchLoaderRun{}, err
+	}
+	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
+	run, err := measure(ctx, c, cfg, bytes, 1, 0)
+	run.Name = "warm " + mode
+	return run, err
+}
+
+// benchPolicy reads the dataset for bc.policyEpochs epochs through a cache
+// at bc.cacheFrac of its size, with plans (clairvoyant) or without (LRU).
+func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
+	clairvoyant bool) (benchLoaderRun, error) {
+	c, err := openBenchCache(ctx, src, bc.connections, int64(bc.cacheFrac*float64(bytes)), 0, false)
+	if err != nil {
+		return benchLoaderRun{}, err
+	}
+	defer c.Close()
+	cfg, err := bc.loaderConfig(ds, bc.lf.shuffle, bc.policyEpochs)
+	if err != nil {
+		return benchLoaderRun{}, err
+	}
+	name := "lru"
+	if clairvoyant {
+		name = "clairvoyant"
+		cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
+	}
+	run, err := measure(ctx, c, cfg, bytes, 1, bc.policyStep)
+	run.Name = fmt.Sprintf("%s, cache %.0f%%", name, 100*bc.cacheFrac)
+	return run, err
+}
+
+// loaderConfig returns the loader configuration of a run.
+func (bc *benchLoaderConfig) loaderConfig(ds loader.Dataset, mode string, epochs int) (loader.Config, error) {
+	lf := bc.lf
+	lf.shuffle, lf.epochs = mode, epochs
+	cfg, err := lf.config(ds)
+	cfg.Workers, cfg.Prefetch = bc.workers, bc.prefetch
+	return cfg, err
+}

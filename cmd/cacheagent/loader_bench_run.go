@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/mmapstore"
+)
+
+// benchLoaderReport is what `cacheagent bench loader` measures.
+type benchLoaderReport struct {
+	Dataset benchDatasetReport `json:"dataset"`
+	// MemcpyGBps is one core's copy bandwidth, 256 MiB buffer to buffer.
+	MemcpyGBps float64          `json:"memcpy_gbps"`
+	Runs       []benchLoaderRun `json:"runs"`
+}
+
+// benchDatasetReport describes the dataset read.
+type benchDatasetReport struct {
+	Samples     int64 `json:"samples"`
+	Shards      int   `json:"shards"`
+	SampleBytes int   `json:"sample_bytes,omitempty"`
+	Bytes       int64 `json:"bytes"`
+}
+
+// benchLoaderRun is one run's figures, over its measured epochs.
+type benchLoaderRun struct {
+	Name    string `json:"name"`
+	Shuffle string `json:"shuffle"`
+	// Epochs measured (after the skipped ones), their mean duration and
+	// the samples per second over all of them.
+	Epochs        int     `json:"epochs"`
+	EpochSec      float64 `json:"epoch_sec"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	// StallShare is the share of the wall time Next was blocked, and its
+	// split by cause (shares of the wall time).
+	StallShare   float64 `json:"stall_share"`
+	StallFetch   float64 `json:"stall_fetch"`
+	StallPromote float64 `json:"stall_promote"`
+	StallGather  float64 `json:"stall_gather"`
+	StallOther   float64 `json:"stall_other"`
+	// BytesReadPerEpoch is what the cache fetched from the source per
+	// epoch; HitRatio is 1 - that / the dataset's bytes.
+	BytesReadPerEpoch float64 `json:"bytes_read_per_epoch"`
+	HitRatio          float64 `json:"hit_ratio"`
+	// GatherGBps is the gather rate of one gathering goroutine (bytes
+	// copied / time copying); GatherVsMemcpy its ratio to MemcpyGBps.
+	GatherGBps     float64 `json:"gather_gbps"`
+	GatherVsMemcpy float64 `json:"gather_vs_memcpy,omitempty"`
+	ZeroCopyShare  float64 `json:"zero_copy_share"`
+}
+
+// mark is the state at an epoch boundary.
+type mark struct {
+	t       time.Time
+	ls      loader.Stats
+	fetched int64
+}
+
+// measure runs a Loader with cfg over c to the end and reports the epochs
+// after the first skip, for a dataset of bytes bytes. The consumer spends
+// step on each batch (a training step; 0: none).
+func measure(ctx context.Context, c *benchCache, cfg loader.Config, bytes int64, skip int,
+	step time.Duration) (benchLoaderRun, error) {
+	run := benchLoaderRun{Shuffle: cfg.Shuffle.String()}
+	l, err := loader.New(loader.FromStore(c.store), cfg)
+	if err != nil {
+		return run, err
+	}
+	snap := func() mark { return mark{time.Now(), l.Stats(), c.cache.Stats().BytesFetched} }
+	marks := []mark{snap()} // at each epoch boundary, between Next calls
+	for per := l.BatchesPerEpoch(); ; {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			l.Close()
+			return run, err
+		}
+		last := b.Index == per-1
+		if step > 0 {
+			select {
+			case <-time.After(step):
+			case <-ctx.Done():
+			}
+		}
+		b.Release()
+		if last {
+			marks = append(marks, snap())
+		}
+	}
+	if err := l.Close(); err != nil {
+		return run, err
+	}
+	if len(marks) < skip+2 {
+		return run, fmt.Errorf("bench loader: %d epochs run, %d skipped: nothing to measure", len(marks)-1, skip)
+	}
+	run.fill(marks[skip], marks[len(marks)-1], len(marks)-1-skip, bytes)
+	return run, nil
+}
+
+// fill sets the run's figures from the marks at the start and end of its
+// n measured epochs.
+func (run *benchLoaderRun) fill(a, z mark, n int, bytes int64) {
+	wall := z.t.Sub(a.t).Seconds()
+	share := func(d time.Duration) float64 { return d.Seconds() / wall }
+	run.Epochs = n
+	run.EpochSec = wall / float64(n)
+	run.SamplesPerSec = float64(z.ls.Samples-a.ls.Samples) / wall
+	run.StallShare = share(z.ls.Wait - a.ls.Wait)
+	run.StallFetch = share(z.ls.WaitFetch - a.ls.WaitFetch)
+	run.StallPromote = share(z.ls.WaitPromote - a.ls.WaitPromote)
+	run.StallGather = share(z.ls.WaitGather - a.ls.WaitGather)
+	run.StallOther = share(z.ls.WaitOther - a.ls.WaitOther)
+	run.BytesReadPerEpoch = float64(z.fetched-a.fetched) / float64(n)
+	if bytes > 0 {
+		run.HitRatio = max(0, 1-run.BytesReadPerEpoch/float64(bytes))
+	}
+	if g := (z.ls.Gather - a.ls.Gather).Seconds(); g > 0 {
+		run.GatherGBps = float64(z.ls.BytesGathered-a.ls.BytesGathered) / g / 1e9
+	}
+	if b := z.ls.Batches - a.ls.Batches; b > 0 {
+		run.ZeroCopyShare = float64(z.ls.ZeroCopy-a.ls.ZeroCopy) / float64(b)
+	}
+}
+
+// memcpyGBps measures one core copying a 256 MiB buffer: the best of five.
+func memcpyGBps() float64 {
+	const n = 256 << 20
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	copy(dst, src) // fault every page in
+	best := 0.0
+	for range 5 {
+		t := time.Now()
+		copy(dst, src)
+		best = max(best, n/time.Since(t).Seconds()/1e9)
+	}
+	return best
+}
+
+// benchLoaderData reads the dataset of --data or --manifest through the
+// cache of the flags (standalone) for --epochs epochs.
+func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig) (benchLoaderReport, error) {
+	var rep benchLoaderReport
+	a, err := openAgent(ctx, opts)
+	if err != nil {
+		return rep, err
+	}
+	defer a.Close()
+	ds, err := bc.lf.dataset(ctx, a.src)
+	if err != nil {
+		return rep, err
+	}
+	bytes, err := datasetBytes(ctx, a.src, ds)
+	if err != nil {
+		return rep, err
+	}
+	rows, n := ds.Rows()
+	rep.Dataset = benchDatasetReport{Samples: n, Shards: len(rows), Bytes: bytes}
+	rep.MemcpyGBps = memcpyGBps()
+	cfg, err := bc.loaderConfig(ds, bc.lf.shuffle, bc.lf.epochs)
+	if err != nil {
+		return rep, err
+	}
+	cfg.Planner, cfg.Stager = a.cache, loader.CacheStager(a.cache)
+	store := mmapstore.New(mmapstore.FromCache(a.cache), mmapstore.Config{MaxIdleMappings: -1})
+	defer store.Close()
+	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, bytes, 0, 0)
+	run.Name = bc.lf.data + bc.lf.manifest
+	run.GatherVsMemcpy = run.GatherGBps / rep.MemcpyGBps
+	rep.Runs = append(rep.Runs, run)
+	return rep, err
+}
+
+// datasetBytes returns the total size of the dataset's objects.
+func datasetBytes(ctx context.Context, src fetch.Source, ds loader.Dataset) (int64, error) {
+	sizes := make([][]int64, len(ds.Groups))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, gr := range ds.Groups {
+		sizes[i] = make([]int64, len(gr.Objects))
+		for j, o := range gr.Objects {
+			g.Go(func() error {
+				a, err := src.Stat(ctx, o)
+				sizes[i][j] = a.Size
+				return err
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, s := range sizes {
+		for _, v := range s {
+			n += v
+		}
+	}
+	return n, nil
+}
+
+// printBenchLoader prints rep as a table.
+func printBenchLoader(w io.Writer, rep benchLoaderReport) error {
+	d := rep.Dataset
+	fmt.Fprintf(w, "dataset: %d samples in %d shards, %s", d.Samples, d.Shards, humanize.IBytes(uint64(d.Bytes)))
+	if d.SampleBytes > 0 {
+		fmt.Fprintf(w, " (x rows of %s + 8-byte y)", humanize.IBytes(uint64(d.SampleBytes)))
+	}
+	fmt.Fprintf(w, "\nmemcpy, one core: %.2f GB/s\n\n", rep.MemcpyGBps)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSHUFFLE\tEPOCHS\tEPOCH s\tSAMPLES/s\tSTALL\tfetch/promote/gather/other\tREAD/EPOCH\tHIT\tGATHER GB/s/core\tvs memcpy")
+	for _, r := range rep.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.3f\t%.0f\t%.1f%%\t%.1f/%.1f/%.1f/%.1f%%\t%s\t%.2f\t%.2f\t%.2f\n",
+			r.Name, r.Shuffle, r.Epochs, r.EpochSec, r.SamplesPerSec, 100*r.StallShare,
+			100*r.StallFetch, 100*r.StallPromote, 100*r.StallGather, 100*r.StallOther,
+			humanize.IBytes(uint64(r.BytesReadPerEpoch)), r.HitRatio, r.GatherGBps, r.GatherVsMemcpy)
+	}
+	return tw.Flush()
+}

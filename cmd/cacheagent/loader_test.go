@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+	"github.com/spf13/cobra"
+
+	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/loader/synth"
+)
+
+// loaderEmulator serves data as gs://bkt/train/ shards.
+func loaderEmulator(t *testing.T, data synth.Dataset) *emulator.Server {
+	t.Helper()
+	var objs []fakestorage.Object
+	err := data.Write("train/", func(name string, b []byte) error {
+		objs = append(objs, fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bkt", Name: name}, Content: b})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startEmulator(t, emulator.Options{Objects: objs})
+}
+
+// runCmd runs cmd with args in-process, with opts resolved as the root
+// command would, and returns its stdout.
+func runCmd(t *testing.T, opts *options, cmd *cobra.Command, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cfg, err := resolveConfig(cmd, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.cfg, opts.resolved = cfg, true
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs(args)
+	err = cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+// parseIDs parses `loader ids` output: one batch of ids per line.
+func parseIDs(t *testing.T, out string) [][]int64 {
+	t.Helper()
+	var batches [][]int64
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var b []int64
+		for _, f := range strings.Fields(line) {
+			id, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				t.Fatalf("line %q: %v", line, err)
+			}
+			b = append(b, id)
+		}
+		batches = append(batches, b)
+	}
+	return batches
+}
+
+func TestLoaderIDs(t *testing.T) {
+	data := synth.Dataset{Rows: []int{10, 7, 12, 9}, RowBytes: 16} // 38 samples
+	s := loaderEmulator(t, data)
+	ids := func(args ...string) [][]int64 {
+		t.Helper()
+		cmd := newLoaderCmd(inspectOptions(t, s.Endpoint()))
+		out, err := runCmd(t, inspectOptions(t, s.Endpoint()), cmd,
+			append([]string{"ids", "--data", "gs://bkt/train/", "--batch", "4", "--seed", "3", "--epoch", "2"}, args...)...)
+		if err != nil {
+			t.Fatalf("loader ids %v: %v", args, err)
+		}
+		return parseIDs(t, out)
+	}
+	seen := map[int64]int{}
+	var length int
+	for rank := range 3 {
+		got := ids("--rank", strconv.Itoa(rank), "--world", "3", "--window", "2")
+		if len(got) != 4 { // ceil(38/3) = 13 samples: 4 batches, the last of 1
+			t.Fatalf("rank %d: %d batches; want 4", rank, len(got))
+		}
+		n := 0
+		for _, b := range got {
+			for _, id := range b {
+				seen[id]++
+				n++
+			}
+		}
+		if rank > 0 && n != length {
+			t.Errorf("rank %d read %d samples; rank 0 %d", rank, n, length)
+		}
+		length = n
+	}
+	if len(seen) != 38 {
+		t.Errorf("%d distinct samples over the ranks; want 38", len(seen))
+	}
+	full := ids("--epochs", "1")
+	if resumed := ids("--resume-batch", "3"); !slices.EqualFunc(resumed, full[3:], slices.Equal) {
+		t.Errorf("--resume-batch 3 = %v; want %v", resumed, full[3:])
+	}
+	if other := ids("--seed", "4"); slices.EqualFunc(other, full, slices.Equal) {
+		t.Errorf("seeds 3 and 4 print the same batches")
+	}
+	seq := ids("--shuffle", "sequential", "--batch", "38")
+	if len(seq) != 1 || seq[0][0] != 0 || seq[0][37] != 37 {
+		t.Errorf("sequential: %v", seq)
+	}
+	for _, bad := range [][]string{{"--shuffle", "random"}, {"--tail", "pad"}, {"--rank", "3", "--world", "3"}} {
+		cmd := newLoaderCmd(inspectOptions(t, s.Endpoint()))
+		if _, err := runCmd(t, inspectOptions(t, s.Endpoint()), cmd,
+			append([]string{"ids", "--data", "gs://bkt/train/"}, bad...)...); err == nil {
+			t.Errorf("loader ids %v succeeded", bad)
+		}
+	}
+}
+
+func TestLoaderIDsManifest(t *testing.T) {
+	data := synth.Dataset{Rows: []int{5, 6}, RowBytes: 8}
+	s := loaderEmulator(t, data)
+	m := `{"arrays": ["x", "y"], "shards": [
+		{"x": "gs://bkt/train/shard-00000.x.npy", "y": "gs://bkt/train/shard-00000.y.npy"},
+		{"x": "gs://bkt/train/shard-00001.x.npy", "y": "gs://bkt/train/shard-00001.y.npy", "rows": 6}]}`
+	path := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.WriteFile(path, []byte(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts := inspectOptions(t, s.Endpoint())
+	out, err := runCmd(t, opts, newLoaderCmd(opts), "ids", "--manifest", path, "--batch", "11", "--shuffle", "sequential")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := parseIDs(t, out); len(got) != 1 || len(got[0]) != 11 {
+		t.Errorf("ids over the manifest: %v", got)
+	}
+}
+
+func TestBenchLoader(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	opts := inspectOptions(t, "")
+	dir := t.TempDir()
+	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "4096", "--shards", "16",
+		"--sample-bytes", "256", "--batch", "64", "--epochs", "1", "--policy", "--policy-epochs", "2",
+		"--link-rate", "1GB", "--window", "2", "--write-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Dataset.Samples != 4096 || rep.MemcpyGBps <= 0 || len(rep.Runs) != 4 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Runs {
+		if r.Epochs != 1 || r.SamplesPerSec <= 0 || r.HitRatio < 0 || r.HitRatio > 1 {
+			t.Errorf("run %+v", r)
+		}
+	}
+	if w := rep.Runs[0]; w.BytesReadPerEpoch != 0 || w.GatherGBps <= 0 {
+		t.Errorf("warm run read %v bytes per epoch (want 0), gathered at %v GB/s", w.BytesReadPerEpoch, w.GatherGBps)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "bench", "train", "shard-*.npy"))
+	if len(files) != 32 {
+		t.Errorf("--write-dir wrote %d files; want 32", len(files))
+	}
+}
+
+func TestBenchLoaderData(t *testing.T) {
+	data := synth.Uniform(4, 50, 32)
+	s := loaderEmulator(t, data)
+	opts := inspectOptions(t, s.Endpoint())
+	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--data", "gs://bkt/train/", "--batch", "16",
+		"--epochs", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Epochs != 2 || rep.Dataset.Samples != 200 || rep.Dataset.Bytes == 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	// Two epochs through a cache that starts empty and holds it all: the
+	// dataset is read once.
+	if r := rep.Runs[0]; r.BytesReadPerEpoch*2 != float64(rep.Dataset.Bytes) {
+		t.Errorf("read %v bytes per epoch; want half the dataset's %d", r.BytesReadPerEpoch, rep.Dataset.Bytes)
+	}
+	var table bytes.Buffer
+	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "gs://bkt/train/") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+}

@@ -1,0 +1,347 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dustin/go-humanize"
+	"gopkg.in/yaml.v3"
+
+	"github.com/cacheagent/cacheagent/control"
+)
+
+// Defaults for zero Config fields (see Config.WithDefaults).
+const (
+	DefaultMetricsListen = "127.0.0.1:9464"
+	DefaultConnections   = 64
+	DefaultSlice         = 32 << 20
+	DefaultRevalidate    = time.Minute
+	DefaultGPU           = "auto"
+	// MetricsOff as metrics.listen turns the metrics server off.
+	MetricsOff = "none"
+)
+
+// maxConfigSize bounds a config file: anything larger is not a config.
+const maxConfigSize = 1 << 20
+
+// ErrConfig is matched by every error about the contents of a config.
+var ErrConfig = errors.New("daemon: invalid config")
+
+// Config is the daemon's configuration: the YAML file, with command-line
+// flags applied on top by the caller. The zero value of a field selects its
+// default (WithDefaults). Example:
+//
+//	sources: [{uri: gs://bucket/prefix, warm: true}]
+//	tiers:
+//	  disk: {dir: /mnt/disks/local-ssd/cacheagent, max: 300GiB}
+//	  shm:  {dir: /dev/shm/cacheagent, max: 32GiB}
+//	fetch: {connections: 64, slice: 32MiB}
+//	mount: {path: /mnt/gcs}
+//	control: {socket: /run/cacheagent/control.sock}
+//	metrics: {listen: 127.0.0.1:9464}
+//	gpu: auto
+type Config struct {
+	// Sources are the datasets the daemon knows; warm ones are prefetched
+	// at start (and when added by a reload) at warm priority.
+	Sources []SourceConfig `yaml:"sources"`
+	Tiers   TiersConfig    `yaml:"tiers"`
+	Fetch   FetchConfig    `yaml:"fetch"`
+	Mount   MountConfig    `yaml:"mount"`
+	Control ControlConfig  `yaml:"control"`
+	Metrics MetricsConfig  `yaml:"metrics"`
+	// GPU is the GPU backend: auto, cuda, fake or none. Default auto.
+	GPU string `yaml:"gpu"`
+}
+
+// SourceConfig is one dataset.
+type SourceConfig struct {
+	// URI is gs://BUCKET/PREFIX.
+	URI string `yaml:"uri"`
+	// Warm prefetches the source at start, below demand and plan reads.
+	Warm bool `yaml:"warm"`
+}
+
+// TiersConfig places and sizes the tiers.
+type TiersConfig struct {
+	// Disk is the disk tier (data and index). Its Dir is required.
+	Disk TierConfig `yaml:"disk"`
+	// Shm is the optional shm (hot) tier, on a tmpfs.
+	Shm TierConfig `yaml:"shm"`
+}
+
+// TierConfig is one tier's directory and byte budget.
+type TierConfig struct {
+	Dir string `yaml:"dir"`
+	// Max is the byte budget, e.g. 300GiB. 0 means the tier's default share
+	// of its filesystem (90% for disk, 25% for shm).
+	Max Size `yaml:"max"`
+}
+
+// FetchConfig tunes downloads.
+type FetchConfig struct {
+	// Endpoint is a GCS-compatible endpoint; "" means GCS itself (or
+	// $STORAGE_EMULATOR_HOST).
+	Endpoint string `yaml:"endpoint"`
+	// Connections is the process-wide budget of parallel range reads.
+	// Default 64; changes apply live on reload.
+	Connections int `yaml:"connections"`
+	// Slice is the size of the ranges an object is split into. Default 32MiB.
+	Slice Size `yaml:"slice"`
+	// Revalidate is how long a cached generation is served before the
+	// source is asked again. Default 1m; negative means never.
+	Revalidate Duration `yaml:"revalidate"`
+}
+
+// MountConfig places the FUSE mount.
+type MountConfig struct {
+	// Path is the mountpoint; "" means no mount.
+	Path string `yaml:"path"`
+}
+
+// ControlConfig places the control socket.
+type ControlConfig struct {
+	// Socket is the Unix socket path. Default control.DefaultSocket.
+	Socket string `yaml:"socket"`
+}
+
+// MetricsConfig places the Prometheus endpoint.
+type MetricsConfig struct {
+	// Listen is the TCP address of /metrics, /healthz and /readyz. Default
+	// 127.0.0.1:9464; "none" turns it off.
+	Listen string `yaml:"listen"`
+}
+
+// Size is a byte count written as 300GiB, 32MiB, 1.5GB or 1048576.
+type Size int64
+
+// UnmarshalYAML parses a size.
+func (s *Size) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseSize(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: %w: bad size %q (want e.g. 300GiB)", n.Line, ErrConfig, n.Value)
+	}
+	*s = v
+	return nil
+}
+
+// String formats s in IEC units.
+func (s Size) String() string { return humanize.IBytes(uint64(max(s, 0))) }
+
+// ParseSize parses a byte count such as 300GiB, 32MiB, 1.5GB or 1048576.
+func ParseSize(v string) (Size, error) {
+	n, err := humanize.ParseBytes(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: %w", v, err)
+	}
+	if n > 1<<62 {
+		return 0, fmt.Errorf("size %q is too large", v)
+	}
+	return Size(n), nil
+}
+
+// Duration is a time.Duration written as 1m, 90s or 1h30m.
+type Duration time.Duration
+
+// UnmarshalYAML parses a duration.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("line %d: %w: bad duration %q (want e.g. 1m or 30s)", n.Line, ErrConfig, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// LoadConfig reads and parses the config file at path.
+func LoadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("daemon: read config: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+	if err != nil {
+		return Config{}, fmt.Errorf("daemon: read config %s: %w", path, err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses a YAML config strictly (unknown keys, bad sizes and
+// bad values are errors naming their line) and validates it. An empty
+// document is the zero Config.
+func ParseConfig(b []byte) (Config, error) {
+	if len(b) > maxConfigSize {
+		return Config{}, fmt.Errorf("%w: larger than %d bytes", ErrConfig, maxConfigSize)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		if errors.Is(err, ErrConfig) {
+			return Config{}, err
+		}
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("%w: more than one YAML document", ErrConfig)
+	}
+	if err := c.check(); err != nil {
+		var root yaml.Node
+		_ = yaml.Unmarshal(b, &root) // it decoded above, so this does too
+		return Config{}, err.withLine(&root)
+	}
+	return c, nil
+}
+
+// Validate checks a config, flags applied, for values that cannot work.
+func (c Config) Validate() error {
+	if err := c.check(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// fieldError is a validation error about one field, named by its path of
+// YAML keys and sequence indexes.
+type fieldError struct {
+	path []string
+	msg  string
+	line int // 0 if unknown
+}
+
+func (e *fieldError) Error() string {
+	where := strings.Join(e.path, ".")
+	if e.line > 0 {
+		return fmt.Sprintf("%v: line %d: %s: %s", ErrConfig, e.line, where, e.msg)
+	}
+	return fmt.Sprintf("%v: %s: %s", ErrConfig, where, e.msg)
+}
+
+func (e *fieldError) Is(target error) bool { return target == ErrConfig }
+
+// withLine finds the line of e's field in the document root.
+func (e *fieldError) withLine(root *yaml.Node) error {
+	n := root
+	if n.Kind == yaml.DocumentNode && len(n.Content) > 0 {
+		n = n.Content[0]
+	}
+	for _, p := range e.path {
+		n = child(n, p)
+		if n == nil {
+			return e
+		}
+		e.line = n.Line
+	}
+	return e
+}
+
+// child returns the value of key p in a mapping, or element p of a
+// sequence; nil if there is none.
+func child(n *yaml.Node, p string) *yaml.Node {
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == p {
+				return n.Content[i+1]
+			}
+		}
+	case yaml.SequenceNode:
+		if i, err := strconv.Atoi(p); err == nil && i >= 0 && i < len(n.Content) {
+			return n.Content[i]
+		}
+	}
+	return nil
+}
+
+// check validates every field; the first problem is returned.
+func (c Config) check() *fieldError {
+	bad := func(msg string, path ...string) *fieldError { return &fieldError{path: path, msg: msg} }
+	seen := make(map[string]bool)
+	for i, s := range c.Sources {
+		idx := strconv.Itoa(i)
+		if _, _, err := ParseGS(s.URI); err != nil {
+			return bad(err.Error(), "sources", idx, "uri")
+		}
+		if seen[s.URI] {
+			return bad(fmt.Sprintf("%s is listed twice", s.URI), "sources", idx, "uri")
+		}
+		seen[s.URI] = true
+	}
+	switch {
+	case c.Tiers.Disk.Max < 0:
+		return bad("negative", "tiers", "disk", "max")
+	case c.Tiers.Shm.Max < 0:
+		return bad("negative", "tiers", "shm", "max")
+	case c.Tiers.Shm.Max > 0 && c.Tiers.Shm.Dir == "":
+		return bad("set without tiers.shm.dir", "tiers", "shm", "max")
+	case c.Fetch.Connections < 0 || c.Fetch.Connections > 1<<16:
+		return bad(fmt.Sprintf("%d is out of range [1, 65536]", c.Fetch.Connections), "fetch", "connections")
+	case c.Fetch.Slice < 0 || c.Fetch.Slice > 1<<34:
+		return bad(fmt.Sprintf("%s is out of range (at most 16GiB)", c.Fetch.Slice), "fetch", "slice")
+	case strings.ContainsRune(c.Control.Socket, 0) || len(c.Control.Socket) > 104:
+		return bad("not a usable socket path (at most 104 bytes)", "control", "socket")
+	}
+	switch c.GPU {
+	case "", "auto", "cuda", "fake", "none":
+	default:
+		return bad(fmt.Sprintf("%q is not one of auto, cuda, fake, none", c.GPU), "gpu")
+	}
+	return nil
+}
+
+// WithDefaults returns c with its zero fields set to their defaults. The
+// disk tier's directory has no default here: the caller supplies it.
+func (c Config) WithDefaults() Config {
+	if c.Control.Socket == "" {
+		c.Control.Socket = control.DefaultSocket
+	}
+	if c.Metrics.Listen == "" {
+		c.Metrics.Listen = DefaultMetricsListen
+	}
+	if c.Fetch.Connections == 0 {
+		c.Fetch.Connections = DefaultConnections
+	}
+	if c.Fetch.Slice == 0 {
+		c.Fetch.Slice = DefaultSlice
+	}
+	if c.Fetch.Revalidate == 0 {
+		c.Fetch.Revalidate = Duration(DefaultRevalidate)
+	}
+	if c.GPU == "" {
+		c.GPU = DefaultGPU
+	}
+	return c
+}
+
+// ParseGS parses gs://BUCKET[/PREFIX]. The prefix is kept verbatim: object
+// names may contain anything GCS allows and are never used as local paths.
+func ParseGS(s string) (bucket, prefix string, err error) {
+	rest, ok := strings.CutPrefix(s, "gs://")
+	if !ok {
+		return "", "", fmt.Errorf("%q is not a gs://BUCKET/PREFIX URI", s)
+	}
+	bucket, prefix, _ = strings.Cut(rest, "/")
+	if bucket == "" {
+		return "", "", fmt.Errorf("%q has no bucket", s)
+	}
+	return bucket, prefix, nil
+}
+
+// durationOr returns d, or def if d is 0.
+func durationOr(d Duration, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return time.Duration(d)
+}

@@ -1,0 +1,105 @@
+package daemon
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cacheagent/cacheagent/control"
+)
+
+func TestParseConfig(t *testing.T) {
+	full := `
+sources: [{uri: gs://bucket/prefix, warm: true}, {uri: gs://other}]
+tiers:
+  disk: {dir: /mnt/disks/local-ssd/cacheagent, max: 300GiB}
+  shm:  {dir: /dev/shm/cacheagent, max: 32GiB}
+fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s}
+mount: {path: /mnt/gcs}
+control: {socket: /run/cacheagent/control.sock}
+metrics: {listen: 127.0.0.1:9464}
+gpu: auto
+`
+	c, err := ParseConfig([]byte(full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != "gs://other" ||
+		c.Tiers.Disk.Max != 300<<30 || c.Tiers.Shm.Max != 32<<30 || c.Fetch.Slice != 32<<20 ||
+		c.Fetch.Connections != 64 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
+		c.Mount.Path != "/mnt/gcs" || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" {
+		t.Errorf("ParseConfig(full) = %+v", c)
+	}
+	for _, empty := range []string{"", "\n", "# only a comment\n", "---\n"} {
+		if c, err := ParseConfig([]byte(empty)); err != nil || len(c.Sources) != 0 {
+			t.Errorf("ParseConfig(%q) = %+v, %v; want the zero config", empty, c, err)
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string // in the error
+	}{
+		{"tiers:\n  disk: {dir: /x}\n  nvme: {dir: /y}\n", "line 3"},
+		{"bogus: 1\n", "line 1: field bogus not found"},
+		{"tiers:\n  disk:\n    max: 3 apples\n", `line 3`},
+		{"tiers:\n  disk:\n    max: -1GiB\n", `line 3`},
+		{"fetch:\n  revalidate: soon\n", "line 2"},
+		{"sources:\n  - uri: gs://b/p\n  - uri: s3://b/p\n", "line 3: sources.1.uri"},
+		{"sources:\n  - uri: gs://b/p\n  - uri: gs://b/p\n", "listed twice"},
+		{"fetch:\n  connections: -4\n", "line 2: fetch.connections"},
+		{"fetch:\n  connections: many\n", "line 2"},
+		{"gpu: tpu\n", "line 1: gpu"},
+		{"tiers:\n  shm: {max: 1GiB}\n", "tiers.shm.max"},
+		{"gpu: auto\n---\ngpu: none\n", "more than one YAML document"},
+		{"sources: {uri: gs://b}\n", "line 1"},
+		{"[1, 2", "yaml"},
+		{"x: &a [*a, *a]\n", ""},
+		{"control: {socket: \"" + strings.Repeat("s", 200) + "\"}\n", "control.socket"},
+	} {
+		_, err := ParseConfig([]byte(tc.in))
+		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConfig(%q) = %v; want an ErrConfig containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestParseGS(t *testing.T) {
+	for _, tc := range []struct {
+		in, bucket, prefix string
+		ok                 bool
+	}{
+		{"gs://b/p/q", "b", "p/q", true},
+		{"gs://b", "b", "", true},
+		{"gs://b/../x", "b", "../x", true},
+		{"gs:///x", "", "", false},
+		{"s3://b/x", "", "", false},
+	} {
+		b, p, err := ParseGS(tc.in)
+		if (err == nil) != tc.ok || b != tc.bucket || p != tc.prefix {
+			t.Errorf("ParseGS(%q) = %q, %q, %v; want %q, %q, ok %v", tc.in, b, p, err, tc.bucket, tc.prefix, tc.ok)
+		}
+	}
+}
+
+// FuzzParseConfig checks that no input makes ParseConfig panic, and that
+// what it accepts passes Validate.
+func FuzzParseConfig(f *testing.F) {
+	for _, s := range []string{"", "gpu: auto\n", "tiers: {disk: {dir: /x, max: 1GiB}}\n",
+		"sources: [{uri: gs://b/p, warm: true}]\n", "x: &a [*a, *a, *a]\n", "fetch: {slice: 1e40}\n",
+		"tiers: {disk: {max: [1]}}\n", "fetch: {revalidate: {a: 1}}\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted %q but Validate says %v", b, err)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// Reload applies a new config to the running daemon. The disk budget
+// (tiers.disk.max), the connection budget (fetch.connections) and sources
+// change live: warm sources that are new are prefetched, warm jobs of
+// sources no longer warm are cancelled. Fields that need a restart keep
+// their running values and are logged. An invalid config changes nothing
+// and is returned as an error matching ErrConfig. A budget that pinned and
+// in-use objects exceed still applies (the error is logged, not returned).
+// It returns the names of the fields that changed.
+func (d *Daemon) Reload(ctx context.Context, cfg Config) ([]string, error) {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	changed, err := d.reload(ctx, cfg)
+	d.met.ObserveReload(err)
+	return changed, err
+}
+
+// ReloadFailed records a reload whose config could not be read or parsed
+// (the caller logs why); the running config stays.
+func (d *Daemon) ReloadFailed(err error) { d.met.ObserveReload(err) }
+
+func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("daemon: reload: %w", tier.ErrClosed)
+	}
+	old := d.cfg
+	d.mu.Unlock()
+	cfg = d.keepRestartOnly(old, cfg)
+	applied := old // what runs, recorded even if a later step fails
+	defer func() {
+		d.mu.Lock()
+		d.cfg = applied
+		d.mu.Unlock()
+		d.stats.invalidate()
+	}()
+	var changed []string
+	if cfg.Fetch.Connections != old.Fetch.Connections {
+		if err := d.dl.SetConnections(cfg.Fetch.Connections); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		applied.Fetch.Connections = cfg.Fetch.Connections
+		changed = append(changed, "fetch.connections")
+	}
+	if cfg.Tiers.Disk.Max != old.Tiers.Disk.Max {
+		err := d.cache.SetMaxBytes(ctx, int64(cfg.Tiers.Disk.Max))
+		switch {
+		case errors.Is(err, tier.ErrNoSpace):
+			d.log.Warn("new disk budget applies, but pinned or in-use objects exceed it", "err", err)
+		case err != nil:
+			return changed, fmt.Errorf("daemon: reload: %w", err)
+		}
+		applied.Tiers.Disk.Max = cfg.Tiers.Disk.Max
+		changed = append(changed, "tiers.disk.max")
+	}
+	if !reflect.DeepEqual(cfg.Sources, old.Sources) {
+		d.applySources(old.Sources, cfg.Sources)
+		changed = append(changed, "sources")
+		if d.mnt != nil {
+			d.log.Warn("the mount shows the sources it was started with until a restart")
+		}
+	}
+	applied = cfg
+	return changed, nil
+}
+
+// keepRestartOnly returns next with the fields that need a restart set back
+// to their running values, logging each one that differs.
+func (d *Daemon) keepRestartOnly(cur, next Config) Config {
+	fields := []struct {
+		name      string
+		cur, next any
+		reset     func()
+	}{
+		{"tiers.disk.dir", cur.Tiers.Disk.Dir, next.Tiers.Disk.Dir, func() { next.Tiers.Disk.Dir = cur.Tiers.Disk.Dir }},
+		{"tiers.shm", cur.Tiers.Shm, next.Tiers.Shm, func() { next.Tiers.Shm = cur.Tiers.Shm }},
+		{"fetch.endpoint", cur.Fetch.Endpoint, next.Fetch.Endpoint, func() { next.Fetch.Endpoint = cur.Fetch.Endpoint }},
+		{"fetch.slice", cur.Fetch.Slice, next.Fetch.Slice, func() { next.Fetch.Slice = cur.Fetch.Slice }},
+		{"fetch.revalidate", cur.Fetch.Revalidate, next.Fetch.Revalidate, func() { next.Fetch.Revalidate = cur.Fetch.Revalidate }},
+		{"mount.path", cur.Mount.Path, next.Mount.Path, func() { next.Mount.Path = cur.Mount.Path }},
+		{"control.socket", cur.Control.Socket, next.Control.Socket, func() { next.Control.Socket = cur.Control.Socket }},
+		{"metrics.listen", cur.Metrics.Listen, next.Metrics.Listen, func() { next.Metrics.Listen = cur.Metrics.Listen }},
+		{"gpu", cur.GPU, next.GPU, func() { next.GPU = cur.GPU }},
+	}
+	for _, f := range fields {
+		if f.cur != f.next {
+			d.log.Warn("config change needs a restart; keeping the running value",
+				"field", f.name, "running", fmt.Sprint(f.cur), "configured", fmt.Sprint(f.next))
+			f.reset()
+		}
+	}
+	return next
+}
+
+// applySources warms sources that became warm and cancels the warm jobs of
+// sources that no longer are.
+func (d *Daemon) applySources(old, next []SourceConfig) {
+	wasWarm := make(map[string]bool)
+	for _, s := range old {
+		wasWarm[s.URI] = s.Warm
+	}
+	isWarm := make(map[string]bool)
+	for _, s := range next {
+		isWarm[s.URI] = s.Warm
+		if s.Warm && !wasWarm[s.URI] {
+			d.warm(s.URI)
+		}
+	}
+	d.jobs.cancelWhere(func(kind, uri string) bool { return kind == control.KindWarm && !isWarm[uri] })
+}
+
+// warm starts a warm-priority prefetch of a source.
+func (d *Daemon) warm(uri string) {
+	bucket, prefix, err := ParseGS(uri)
+	if err != nil { // validated with the config
+		d.log.Error("warm source", "uri", uri, "err", err)
+		return
+	}
+	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: uri, bucket: bucket, prefix: prefix,
+		prio: fetch.Warm}); err != nil {
+		d.log.Warn("warm source", "uri", uri, "err", err)
+	}
+}

@@ -1,0 +1,89 @@
+package daemon
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// TestShmTier pins objects hot through the daemon and checks that status
+// reports the shm tier first and that a lease maps the shm copy.
+func TestShmTier(t *testing.T) {
+	objs := dataset("bkt", "h/", 2, 100_000)
+	emu := startEmulator(t, objs)
+	dir := t.TempDir()
+	cfg := testConfig(dir, emu)
+	cfg.Tiers.Shm = TierConfig{Dir: filepath.Join(dir, "shm"), Max: 64 << 20}
+	d := startDaemon(t, cfg)
+	c := dial(t, d)
+	ctx := testCtx(t)
+	if n, err := c.Pin(ctx, "bkt", "h/", true); err != nil || n != 2 {
+		t.Fatalf("Pin(hot) = %d, %v; want 2", n, err)
+	}
+	st, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Tiers) != 2 || st.Tiers[0].Name != "shm" || st.Tiers[0].Entries != 2 || st.Tiers[0].Promotions != 2 ||
+		st.Tiers[1].Name != "disk" || st.Tiers[1].Entries != 2 {
+		t.Fatalf("tiers = %+v; want shm (2 entries, 2 promotions) then disk (2)", st.Tiers)
+	}
+	l, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "h/01"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.Tier() != "shm" || !strings.HasPrefix(l.Path(), cfg.Tiers.Shm.Dir) {
+		t.Errorf("lease on a hot object: tier %q path %q; want the shm copy", l.Tier(), l.Path())
+	}
+	if got, err := os.ReadFile(l.Path()); err != nil || !bytes.Equal(got, objs[1].Content) {
+		t.Errorf("shm copy: %d bytes, %v; want the object", len(got), err)
+	}
+}
+
+// TestMount serves the sources at mount.path and reads an object through
+// it; Close unmounts.
+func TestMount(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		skipOrFail(t, "no FUSE device: %v", err)
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil && os.Geteuid() != 0 {
+		skipOrFail(t, "not root and no fusermount3: %v", err)
+	}
+	objs := dataset("bkt", "m/", 1, 70_000)
+	emu := startEmulator(t, objs)
+	dir := t.TempDir()
+	cfg := testConfig(dir, emu)
+	cfg.Sources = []SourceConfig{{URI: "gs://bkt/m/"}}
+	cfg.Mount.Path = filepath.Join(dir, "mnt")
+	d := startDaemon(t, cfg)
+	got, err := os.ReadFile(filepath.Join(cfg.Mount.Path, "bkt", "m", "00"))
+	if err != nil || !bytes.Equal(got, objs[0].Content) {
+		t.Fatalf("read through the mount: %d bytes, %v; want the object", len(got), err)
+	}
+	if err := d.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), " "+cfg.Mount.Path+" ") {
+		t.Errorf("%s is still mounted after Close", cfg.Mount.Path)
+	}
+}
+
+// skipOrFail skips a test that needs what this machine lacks, or fails it
+// in CI, where everything must be there.
+func skipOrFail(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Loader benchmarks for issue 4: ratios measured in one run, printed as markdown.
+#
+#   scripts/bench/loader.sh            # CACHEAGENT=path uses a prebuilt binary
+#
+# 1. go test benchmarks: warm epochs of 1 KiB and 150 KB samples with the
+#    gather rate against one core's memcpy (loader), and the eviction policies
+#    simulated over a shuffling loader's shard trace (plan).
+# 2. `cacheagent bench loader` on 1 KiB and on 150 KB (3x224x224 uint8)
+#    samples, warm in the shm tier, and with --policy for the 1 KiB set: the
+#    cache's disk at half the dataset, LRU against the clairvoyant cache.
+# 3. scripts/bench/torch_peer.py, PyTorch's DataLoader in its recommended
+#    configuration, over the same .npy files in /dev/shm.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+work=$(mktemp -d)
+data=$(mktemp -d /dev/shm/cacheagent-loader-bench-XXXXXX)
+trap 'rm -rf "$work" "$data"' EXIT
+py=/usr/bin/python3 # Debian's, with python3-torch; not the pyenv one on PATH
+bin=${CACHEAGENT:-}
+if [ -z "$bin" ]; then
+	go build -o "$work/cacheagent" ./cmd/cacheagent
+	bin=$work/cacheagent
+fi
+
+echo "## loader ($(date -u +%F), $(nproc) cores, $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+echo '```'
+go test -run '^$' -bench Epoch -benchtime 10x ./loader/ | grep -E '^(Benchmark|ok)'
+go test -run '^$' -bench 'Policy|Select' -benchtime 5x ./plan/ | grep -E '^(Benchmark|ok)'
+echo '```'
+
+# name samples sample-bytes batch [extra flags]: Go, then PyTorch, on the same files.
+run() {
+	local name=$1 samples=$2 bytes=$3 batch=$4
+	shift 4
+	"$bin" bench loader --json --samples "$samples" --sample-bytes "$bytes" --shards 64 --batch "$batch" \
+		--write-dir "$data/$name" "$@" >"$work/$name.json"
+	"$py" scripts/bench/torch_peer.py --dir "$data/$name/bench/train" --batch "$batch" --json >"$work/$name.torch.json"
+	rm -rf "${data:?}/$name"
+}
+run small 524288 1024 256 --policy --cache-frac 0.5 --link-rate 50MB --conns 8 --policy-step 500us
+run big 8192 150528 64
+
+"$py" - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+def load(n): return json.load(open(f"{w}/{n}.json"))
+rows = []
+for name, label, target in (("small", "1 KiB", 10), ("big", "150 KB (3x224x224 u8)", 4)):
+    go, torch = load(name), load(name + ".torch")
+    d = go["dataset"]
+    print(f"\n{label}: {d['samples']} samples in {d['shards']} shards, {d['bytes'] / 2**20:.0f} MiB; "
+          f"memcpy (one core) {go['memcpy_gbps']:.2f} GB/s; PyTorch {torch['torch']}, "
+          f"{torch['workers']} workers, prefetch_factor {torch['prefetch_factor']}, batch {torch['batch']}")
+    print()
+    print("| run | samples/s | vs PyTorch | stall share (fetch/promote/gather/other) | read/epoch | hit ratio "
+          "| gather GB/s: per core, end to end | end to end vs memcpy |")
+    print("|---|---|---|---|---|---|---|---|")
+    print(f"| PyTorch DataLoader (shuffle=True) | {torch['samples_per_sec']:.0f} | 1 | | | | | |")
+    for r in go["runs"]:
+        e2e = r["samples_per_sec"] * (d["bytes"] / d["samples"]) / 1e9
+        ratio = r["samples_per_sec"] / torch["samples_per_sec"]
+        mark = ""
+        if r["name"].startswith("warm"):
+            mark = f" ({'met' if ratio >= target else 'MISSED'}: target {target}x)"
+        print(f"| {r['name']} | {r['samples_per_sec']:.0f} | {ratio:.1f}x{mark} | {100 * r['stall_share']:.0f}% "
+              f"({100 * r['stall_fetch']:.0f}/{100 * r['stall_promote']:.0f}/{100 * r['stall_gather']:.0f}/"
+              f"{100 * r['stall_other']:.0f}) | {r['bytes_read_per_epoch'] / 2**20:.0f} MiB | {r['hit_ratio']:.2f} | "
+              f"{r['gather_gbps']:.2f}, {e2e:.2f} | {e2e / go['memcpy_gbps']:.2f} |")
+    pol = [r for r in go["runs"] if not r["name"].startswith("warm")]
+    if len(pol) == 2:
+        lru, cv = pol
+        print(f"\nCache at half the dataset ({lru['epochs']} warm epochs each): epoch {lru['epoch_sec']:.2f} s (LRU) vs "
+              f"{cv['epoch_sec']:.2f} s (clairvoyant) = {lru['epoch_sec'] / cv['epoch_sec']:.2f}x faster; "
+              f"hit ratio {lru['hit_ratio']:.2f} vs {cv['hit_ratio']:.2f}; "
+              f"read per epoch {lru['bytes_read_per_epoch'] / 2**20:.0f} vs {cv['bytes_read_per_epoch'] / 2**20:.0f} MiB")
+PY
