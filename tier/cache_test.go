@@ -261,3 +261,23 @@ func TestFormatVersion(t *testing.T) {
 	}
 	l.release()
 }
+
+// TestDataFileMode checks that published copies are readable by other
+// users (trainers map the files the daemon leases).
+func TestDataFileMode(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	env.put(t, "bkt", "m", pattern(1, 100))
+	h, err := c.Open(context.Background(), obj("bkt", "m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	fi, err := os.Stat(h.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fi.Mode().Perm(); got != dataFileMode {
+		t.Errorf("data file mode = %v; want %v", got, os.FileMode(dataFileMode))
+	}
+}

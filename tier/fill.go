@@ -154,7 +154,7 @@ func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*ent
 // fsyncs the directory: the data file either is complete or does not exist.
 // It returns the file's stat.
 func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (fs.FileInfo, error) {
-	f, err := os.CreateTemp(c.base.lay.tmp, "*"+tmpSuffix)
+	f, err := createTemp(c.base.lay.tmp)
 	if err != nil {
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}

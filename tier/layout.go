@@ -270,3 +270,24 @@ func budgetOf(fsi fsInfo, share float64) int64 {
 func headroomFor(size int64) int64 {
 	return min(max(size/100, 1<<20), 256<<20)
 }
+
+// dataFileMode is the mode of published data files: readable by everyone
+// who can reach them, so trainers running as other users can map the copies
+// the daemon leases to them. Access is controlled by the cache directories'
+// modes.
+const dataFileMode = 0o644
+
+// createTemp creates a temp file in dir for a copy being written, with
+// dataFileMode (os.CreateTemp makes 0600 files).
+func createTemp(dir string) (*os.File, error) {
+	f, err := os.CreateTemp(dir, "*"+tmpSuffix)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(dataFileMode); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return f, nil
+}

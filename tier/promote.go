@@ -176,7 +176,7 @@ func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 		return nil, fmt.Errorf("tier: promote %s: %w", a.Object, err)
 	}
 	defer src.Close()
-	f, err := os.CreateTemp(c.hot.lay.tmp, "*"+tmpSuffix)
+	f, err := createTemp(c.hot.lay.tmp)
 	if err != nil {
 		return nil, fmt.Errorf("tier: promote %s: %w", a.Object, err)
 	}
