@@ -87,7 +87,12 @@ func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) er
 		defer os.RemoveAll(dir)
 	}
 	o := *opts
-	o.endpoint, o.cacheDir = srv.Endpoint(), dir
+	o.endpoint, o.cacheDir, o.shmDir = srv.Endpoint(), dir, "none"
+	if o.resolved {
+		// The demo's own emulator and cache, whatever the flags and config said.
+		o.cfg.Fetch.Endpoint, o.cfg.Tiers.Disk.Dir = srv.Endpoint(), dir
+		o.cfg.Tiers.Disk.Max, o.cfg.Tiers.Shm.Dir, o.cfg.Tiers.Shm.Max = 0, "", 0
+	}
 	total := int64(dc.objects) * int64(dc.objectSize)
 	fmt.Fprintf(w, "cacheagent demo: %d objects × %s = %s at gs://%s/%s\n", dc.objects,
 		humanize.IBytes(uint64(dc.objectSize)), humanize.IBytes(uint64(total)), bucket, prefix)
