@@ -81,6 +81,10 @@ type TierConfig struct {
 	// Max is the byte budget, e.g. 300GiB. 0 means the tier's default share
 	// of its filesystem (90% for disk, 25% for shm).
 	Max Size `yaml:"max"`
+	// PromoteHits (shm only) is how many opens within the promotion window
+	// promote an object to shm; 0 means the tier's default (2), negative
+	// turns promotion by use off.
+	PromoteHits int `yaml:"promote_hits"`
 }
 
 // FetchConfig tunes downloads.

@@ -129,6 +129,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 		MaxBytes:    int64(cfg.Tiers.Disk.Max),
 		ShmDir:      cfg.Tiers.Shm.Dir,
 		ShmMaxBytes: int64(cfg.Tiers.Shm.Max),
+		PromoteHits: cfg.Tiers.Shm.PromoteHits,
 		Revalidate:  durationOr(cfg.Fetch.Revalidate, DefaultRevalidate),
 		Source:      src,
 		Downloader:  d.met.WrapDownloader(dl),

@@ -47,6 +47,9 @@ func resolveConfig(cmd *cobra.Command, opts *options) (daemon.Config, error) {
 	if use("shm-max", cfg.Tiers.Shm.Max == 0) {
 		cfg.Tiers.Shm.Max = flags.Tiers.Shm.Max
 	}
+	if use("promote-hits", cfg.Tiers.Shm.PromoteHits == 0) {
+		cfg.Tiers.Shm.PromoteHits = flags.Tiers.Shm.PromoteHits
+	}
 	if use("endpoint", cfg.Fetch.Endpoint == "") {
 		cfg.Fetch.Endpoint = flags.Fetch.Endpoint
 	}
@@ -102,7 +105,7 @@ func (o *options) flagConfig() daemon.Config {
 	return daemon.Config{
 		Tiers: daemon.TiersConfig{
 			Disk: daemon.TierConfig{Dir: o.cacheDir, Max: daemon.Size(o.diskMax)},
-			Shm:  daemon.TierConfig{Dir: o.shmDir, Max: daemon.Size(o.shmMax)},
+			Shm:  daemon.TierConfig{Dir: o.shmDir, Max: daemon.Size(o.shmMax), PromoteHits: o.promoteHits},
 		},
 		Fetch: daemon.FetchConfig{Endpoint: o.endpoint, Connections: o.connections, Slice: daemon.Size(o.slice),
 			Revalidate: daemon.Duration(o.revalidate)},

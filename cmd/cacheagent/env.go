@@ -42,6 +42,7 @@ func openAgent(ctx context.Context, opts *options) (*agent, error) {
 		MaxBytes:    int64(cfg.Tiers.Disk.Max),
 		ShmDir:      cfg.Tiers.Shm.Dir,
 		ShmMaxBytes: int64(cfg.Tiers.Shm.Max),
+		PromoteHits: cfg.Tiers.Shm.PromoteHits,
 		Revalidate:  time.Duration(cfg.Fetch.Revalidate),
 		Source:      src,
 		Downloader:  dl,

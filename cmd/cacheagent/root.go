@@ -23,6 +23,7 @@ type options struct {
 	diskMax     sizeFlag
 	shmDir      string
 	shmMax      sizeFlag
+	promoteHits int
 	endpoint    string
 	revalidate  time.Duration
 	connections int
@@ -66,6 +67,7 @@ budget with LRU eviction and pinning.`,
 	f.Var(&opts.diskMax, "disk-max", "disk tier byte budget, e.g. 300GiB (0 = 90% of the filesystem)")
 	f.StringVar(&opts.shmDir, "shm-dir", shmAuto, "shm (hot) tier directory on a tmpfs; auto: /dev/shm/cacheagent with the default --cache-dir, none otherwise; none: no shm tier")
 	f.Var(&opts.shmMax, "shm-max", "shm tier byte budget, e.g. 32GiB (0 = a quarter of the tmpfs)")
+	f.IntVar(&opts.promoteHits, "promote-hits", 0, "opens within the promotion window that promote an object to shm (0 = 2; negative: only on request)")
 	f.StringVar(&opts.endpoint, "endpoint", "", "GCS endpoint, e.g. http://127.0.0.1:4443 (STORAGE_EMULATOR_HOST is honoured too)")
 	f.DurationVar(&opts.revalidate, "revalidate", time.Minute, "re-check an object's generation when last checked longer ago than this (negative: never)")
 	f.IntVar(&opts.connections, "connections", 64, "process-wide budget of parallel range reads")
