@@ -99,12 +99,14 @@ func (p *daemonProc) start(env ...string) {
 	p.readers.Go(func() { p.logs.read(pr) })
 	p.waiter.Go(func() {
 		p.err = p.cmd.Wait()
-		close(p.exited)
 		// Queued after everything the daemon sent: awaitNote stops there.
+		// Sent before exited closes, so it can never reach the notify
+		// socket of a daemon started at the same path after this one.
 		if c, err := net.Dial("unixgram", notifyPath); err == nil {
 			c.Write([]byte(exitedNote))
 			c.Close()
 		}
+		close(p.exited)
 	})
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
