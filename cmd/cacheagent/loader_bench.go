@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
@@ -43,13 +44,14 @@ type benchLoaderConfig struct {
 	connections  int
 	policyEpochs int
 	policyStep   time.Duration
+	gpu          gpu.Mode
 	asJSON       bool
 }
 
 // newBenchLoaderCmd is `cacheagent bench loader`.
 func newBenchLoaderCmd(opts *options) *cobra.Command {
 	bc := &benchLoaderConfig{samples: 1 << 19, sampleBytes: 1 << 10, shards: 64, modes: "shard-window,global",
-		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4}
+		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4, gpu: gpu.ModeNone}
 	cmd := &cobra.Command{
 		Use:   "loader",
 		Short: "Measure the Go loader: samples/s, stalls and bytes read per epoch",
@@ -70,19 +72,30 @@ x.npy and y.npy) in an in-process GCS emulator, then:
 
 --write-dir also writes the dataset's files there, for scripts/bench/torch_peer.py.
 With --data it reads that dataset through the cache (the cache directory's flags)
-for --epochs epochs and reports each.`,
+for --epochs epochs and reports each.
+
+--gpu auto|cuda|fake feeds the warm runs' (and --data's) batches to GPU 0 through
+gpufeed: gathered into pinned memory, copied asynchronously, the consumer waiting
+for each copy. Per epoch it reports samples/s, the share of the time the consumer
+waited for copies (the target is 5% or less) and GB/s copied. With fake the copies
+are host memcpy, not PCIe. auto without a GPU says so in one line and runs without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			feed, err := openBenchGPU(cmd.Context(), cmd.ErrOrStderr(), bc.gpu)
+			if err != nil {
+				return err
+			}
+			defer feed.close()
 			var rep benchLoaderReport
-			var err error
 			if bc.lf.data != "" || bc.lf.manifest != "" {
-				rep, err = benchLoaderData(cmd.Context(), opts, bc)
+				rep, err = benchLoaderData(cmd.Context(), opts, bc, feed.dev)
 			} else {
-				rep, err = benchLoaderSynthetic(cmd.Context(), cmd.ErrOrStderr(), bc)
+				rep, err = benchLoaderSynthetic(cmd.Context(), cmd.ErrOrStderr(), bc, feed.dev)
 			}
 			if err != nil {
 				return err
 			}
+			rep.GPU = feed.rep
 			if bc.asJSON {
 				return writeJSON(cmd.OutOrStdout(), rep)
 			}
@@ -109,6 +122,7 @@ func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
 	f.IntVar(&bc.connections, "conns", bc.connections, "policy runs: parallel range reads")
 	f.IntVar(&bc.policyEpochs, "policy-epochs", bc.policyEpochs, "policy runs: epochs, the first one cold")
 	f.DurationVar(&bc.policyStep, "policy-step", 0, "policy runs: time the consumer spends on each batch, as a training step would")
+	f.Var(&bc.gpu, "gpu", "feed the warm runs' batches to GPU 0: auto, cuda, fake or none")
 	f.BoolVar(&bc.asJSON, "json", false, "print JSON")
 	// The shared --epochs flag means the measured epochs here.
 	f.Lookup("epochs").DefValue, f.Lookup("epochs").Usage = "3", "epochs measured per run"
@@ -143,8 +157,61 @@ func newBenchDataset(bc *benchLoaderConfig) (*benchDataset, error) {
 	return d, err
 }
 
+// benchFeedGPU is the device the benchmark feeds, if any.
+type benchFeedGPU struct {
+	dev     gpu.Device      // nil: no GPU copies
+	rep     *benchGPUReport // nil with --gpu none
+	backend gpu.Backend     // nil with --gpu none
+}
+
+// openBenchGPU opens device 0 of mode's backend; with ModeNone, or
+// ModeAuto on a machine without a GPU (said in one line on log), it
+// returns no device.
+func openBenchGPU(ctx context.Context, log io.Writer, mode gpu.Mode) (*benchFeedGPU, error) {
+	g := &benchFeedGPU{}
+	if mode == gpu.ModeNone {
+		return g, nil
+	}
+	b, err := openGPU(ctx, mode)
+	if err != nil {
+		return nil, err
+	}
+	g.backend = b
+	dev, err := b.Open(ctx, 0)
+	if err != nil && (mode != gpu.ModeAuto || !errors.Is(err, gpu.ErrNoGPU)) {
+		b.Close()
+		return nil, fmt.Errorf("bench loader: GPU 0: %w", err)
+	}
+	if err != nil {
+		if none, ok := b.(*gpu.None); ok && none.Reason != nil {
+			err = none.Reason
+		}
+		line := fmt.Sprintf("no NVIDIA GPU/driver found (%v): measuring without GPU copies", err)
+		fmt.Fprintln(log, line)
+		g.rep = &benchGPUReport{Backend: gpu.ModeNone.String(), Note: line}
+		return g, nil
+	}
+	g.dev = dev
+	g.rep = &benchGPUReport{Backend: b.Kind().String(), Device: dev.Info().Name}
+	if b.Kind() == gpu.ModeFake {
+		g.rep.Note = "fake backend: copies are host memcpy, not PCIe transfers"
+	}
+	return g, nil
+}
+
+// close closes the device and the backend.
+func (g *benchFeedGPU) close() {
+	if g.dev != nil {
+		g.dev.Close()
+	}
+	if g.backend != nil {
+		g.backend.Close()
+	}
+}
+
 // benchLoaderSynthetic runs the synthetic benchmark; progress goes to log.
-func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderConfig) (benchLoaderReport, error) {
+// The warm runs feed dev when it is not nil.
+func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderConfig, dev gpu.Device) (benchLoaderReport, error) {
 	var rep benchLoaderReport
 	ds, err := newBenchDataset(bc)
 	if err != nil {
@@ -175,7 +242,7 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 	rep.MemcpyGBps = memcpyGBps()
 	for _, mode := range strings.Split(bc.modes, ",") {
 		fmt.Fprintf(log, "warm run, %s\n", mode)
-		run, err := benchWarm(ctx, src, dataset, ds.bytes, bc, mode)
+		run, err := benchWarm(ctx, src, dataset, ds.bytes, bc, mode, dev)
 		if err != nil {
 			return rep, err
 		}
@@ -257,9 +324,10 @@ func (bc *benchCache) Close() error {
 }
 
 // benchWarm reads the dataset for one warm-up and bc.lf.epochs measured
-// epochs, in shuffle mode mode, from a cache whose shm tier holds it all.
+// epochs, in shuffle mode mode, from a cache whose shm tier holds it all,
+// feeding dev when it is not nil.
 func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
-	mode string) (benchLoaderRun, error) {
+	mode string, dev gpu.Device) (benchLoaderRun, error) {
 	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, true)
 	if err != nil {
 		return benchLoaderRun{}, err
@@ -270,7 +338,7 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 		return benchLoaderRun{}, err
 	}
 	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
-	run, err := measure(ctx, c, cfg, bytes, 1, 0)
+	run, err := measure(ctx, c, cfg, dev, bytes, 1, 0)
 	run.Name = "warm " + mode
 	return run, err
 }
@@ -293,7 +361,7 @@ func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes
 		name = "clairvoyant"
 		cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
 	}
-	run, err := measure(ctx, c, cfg, bytes, 1, bc.policyStep)
+	run, err := measure(ctx, c, cfg, nil, bytes, 1, bc.policyStep)
 	run.Name = fmt.Sprintf("%s, cache %.0f%%", name, 100*bc.cacheFrac)
 	return run, err
 }

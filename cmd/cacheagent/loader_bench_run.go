@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/gpu"
+	"github.com/cacheagent/cacheagent/gpufeed"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/mmapstore"
 )
@@ -22,6 +24,38 @@ type benchLoaderReport struct {
 	// MemcpyGBps is one core's copy bandwidth, 256 MiB buffer to buffer.
 	MemcpyGBps float64          `json:"memcpy_gbps"`
 	Runs       []benchLoaderRun `json:"runs"`
+	// GPU is the device --gpu fed; absent with --gpu none.
+	GPU *benchGPUReport `json:"gpu,omitempty"`
+}
+
+// benchGPUReport describes the device batches were copied to.
+type benchGPUReport struct {
+	// Backend is cuda or fake, or none when --gpu auto found no GPU.
+	Backend string `json:"backend"`
+	// Device is the name of GPU 0.
+	Device string `json:"device,omitempty"`
+	// Note qualifies the figures: fake copies are host memcpy, not PCIe;
+	// or why there was no GPU.
+	Note string `json:"note,omitempty"`
+}
+
+// benchGPURun is a run's figures of the copies to the device.
+type benchGPURun struct {
+	// CopyWaitShare is the share of the wall time the consumer waited for
+	// copies (the target: 5% or less); CopyGBps the bytes copied per
+	// second of wall time. Over all measured epochs.
+	CopyWaitShare float64 `json:"copy_wait_share"`
+	CopyGBps      float64 `json:"copy_gbps"`
+	// Epochs has the figures of each measured epoch.
+	Epochs []benchGPUEpoch `json:"epochs"`
+}
+
+// benchGPUEpoch is one epoch's figures with GPU copies.
+type benchGPUEpoch struct {
+	Epoch         int     `json:"epoch"`
+	SamplesPerSec float64 `json:"samples_per_sec"`
+	CopyWaitShare float64 `json:"copy_wait_share"`
+	CopyGBps      float64 `json:"copy_gbps"`
 }
 
 // benchDatasetReport describes the dataset read.
@@ -57,56 +91,137 @@ type benchLoaderRun struct {
 	GatherGBps     float64 `json:"gather_gbps"`
 	GatherVsMemcpy float64 `json:"gather_vs_memcpy,omitempty"`
 	ZeroCopyShare  float64 `json:"zero_copy_share"`
+	// GPU has the copies' figures with --gpu.
+	GPU *benchGPURun `json:"gpu,omitempty"`
 }
 
 // mark is the state at an epoch boundary.
 type mark struct {
 	t       time.Time
 	ls      loader.Stats
+	fs      gpufeed.Stats // with a device
 	fetched int64
 }
 
-// measure runs a Loader with cfg over c to the end and reports the epochs
-// after the first skip, for a dataset of bytes bytes. The consumer spends
-// step on each batch (a training step; 0: none).
-func measure(ctx context.Context, c *benchCache, cfg loader.Config, bytes int64, skip int,
+// benchReader is what measure reads: a Loader, or a Feed to a device.
+type benchReader interface {
+	// next returns the next batch's index in its epoch and a function
+	// that releases it, once the batch is usable (on the device: copied).
+	next(ctx context.Context) (index int, release func(), err error)
+	BatchesPerEpoch() int
+	// snap returns the loader's stats and the feed's (zero without one).
+	snap() (loader.Stats, gpufeed.Stats)
+	Close() error
+}
+
+// loaderReader reads batches from a Loader.
+type loaderReader struct{ *loader.Loader }
+
+func (r loaderReader) next(ctx context.Context) (int, func(), error) {
+	b, err := r.Next(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	return b.Index, b.Release, nil
+}
+
+func (r loaderReader) snap() (loader.Stats, gpufeed.Stats) { return r.Stats(), gpufeed.Stats{} }
+
+// feedReader reads batches from a Feed, waiting for each one's copy.
+type feedReader struct{ *gpufeed.Feed }
+
+func (r feedReader) next(ctx context.Context) (int, func(), error) {
+	b, err := r.Next(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := b.Ready(ctx); err != nil {
+		b.Release()
+		return 0, nil, err
+	}
+	return b.Index, b.Release, nil
+}
+
+func (r feedReader) snap() (loader.Stats, gpufeed.Stats) {
+	s := r.Stats()
+	return s.Loader, s
+}
+
+// measure runs a Loader with cfg over c to the end, feeding dev when it is
+// not nil, and reports the epochs after the first skip, for a dataset of
+// bytes bytes. The consumer spends step on each batch (a training step; 0:
+// none).
+func measure(ctx context.Context, c *benchCache, cfg loader.Config, dev gpu.Device, bytes int64, skip int,
 	step time.Duration) (benchLoaderRun, error) {
 	run := benchLoaderRun{Shuffle: cfg.Shuffle.String()}
-	l, err := loader.New(loader.FromStore(c.store), cfg)
-	if err != nil {
-		return run, err
+	var r benchReader
+	if dev != nil {
+		f, err := gpufeed.New(ctx, dev, loader.FromStore(c.store), gpufeed.Config{Loader: cfg})
+		if err != nil {
+			return run, err
+		}
+		r = feedReader{f}
+	} else {
+		l, err := loader.New(loader.FromStore(c.store), cfg)
+		if err != nil {
+			return run, err
+		}
+		r = loaderReader{l}
 	}
-	snap := func() mark { return mark{time.Now(), l.Stats(), c.cache.Stats().BytesFetched} }
+	snap := func() mark {
+		ls, fs := r.snap()
+		return mark{time.Now(), ls, fs, c.cache.Stats().BytesFetched}
+	}
 	marks := []mark{snap()} // at each epoch boundary, between Next calls
-	for per := l.BatchesPerEpoch(); ; {
-		b, err := l.Next(ctx)
+	for per := r.BatchesPerEpoch(); ; {
+		index, release, err := r.next(ctx)
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			l.Close()
+			r.Close()
 			return run, err
 		}
-		last := b.Index == per-1
 		if step > 0 {
 			select {
 			case <-time.After(step):
 			case <-ctx.Done():
 			}
 		}
-		b.Release()
-		if last {
+		release()
+		if index == per-1 {
 			marks = append(marks, snap())
 		}
 	}
-	if err := l.Close(); err != nil {
+	if err := r.Close(); err != nil {
 		return run, err
 	}
 	if len(marks) < skip+2 {
 		return run, fmt.Errorf("bench loader: %d epochs run, %d skipped: nothing to measure", len(marks)-1, skip)
 	}
 	run.fill(marks[skip], marks[len(marks)-1], len(marks)-1-skip, bytes)
+	if dev != nil {
+		run.fillGPU(marks[skip:])
+	}
 	return run, nil
+}
+
+// fillGPU sets the run's GPU figures from the marks at its measured
+// epochs' boundaries.
+func (run *benchLoaderRun) fillGPU(marks []mark) {
+	figures := func(a, z mark) (samples, wait, gbps float64) {
+		wall := z.t.Sub(a.t).Seconds()
+		return float64(z.ls.Samples-a.ls.Samples) / wall, (z.fs.CopyWait - a.fs.CopyWait).Seconds() / wall,
+			float64(z.fs.BytesCopied-a.fs.BytesCopied) / wall / 1e9
+	}
+	g := &benchGPURun{}
+	_, g.CopyWaitShare, g.CopyGBps = figures(marks[0], marks[len(marks)-1])
+	for i := 1; i < len(marks); i++ {
+		e := benchGPUEpoch{Epoch: i}
+		e.SamplesPerSec, e.CopyWaitShare, e.CopyGBps = figures(marks[i-1], marks[i])
+		g.Epochs = append(g.Epochs, e)
+	}
+	run.GPU = g
 }
 
 // fill sets the run's figures from the marks at the start and end of its
@@ -152,8 +267,9 @@ func memcpyGBps() float64 {
 }
 
 // benchLoaderData reads the dataset of --data or --manifest through the
-// cache of the flags (standalone) for --epochs epochs.
-func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig) (benchLoaderReport, error) {
+// cache of the flags (standalone) for --epochs epochs, feeding dev when it
+// is not nil.
+func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, dev gpu.Device) (benchLoaderReport, error) {
 	var rep benchLoaderReport
 	a, err := openAgent(ctx, opts)
 	if err != nil {
@@ -178,7 +294,7 @@ func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig) 
 	cfg.Planner, cfg.Stager = a.cache, loader.CacheStager(a.cache)
 	store := mmapstore.New(mmapstore.FromCache(a.cache), mmapstore.Config{MaxIdleMappings: -1})
 	defer store.Close()
-	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, bytes, 0, 0)
+	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, dev, bytes, 0, 0)
 	run.Name = bc.lf.data + bc.lf.manifest
 	run.GatherVsMemcpy = run.GatherGBps / rep.MemcpyGBps
 	rep.Runs = append(rep.Runs, run)
@@ -227,6 +343,40 @@ func printBenchLoader(w io.Writer, rep benchLoaderReport) error {
 			r.Name, r.Shuffle, r.Epochs, r.EpochSec, r.SamplesPerSec, 100*r.StallShare,
 			100*r.StallFetch, 100*r.StallPromote, 100*r.StallGather, 100*r.StallOther,
 			humanize.IBytes(uint64(r.BytesReadPerEpoch)), r.HitRatio, r.GatherGBps, r.GatherVsMemcpy)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printBenchGPU(w, rep)
+}
+
+// printBenchGPU prints the GPU copies' figures of rep, if any, per epoch.
+func printBenchGPU(w io.Writer, rep benchLoaderReport) error {
+	g := rep.GPU
+	if g == nil {
+		return nil
+	}
+	if g.Backend == gpu.ModeNone.String() {
+		_, err := fmt.Fprintf(w, "\nGPU: %s\n", g.Note)
+		return err
+	}
+	fmt.Fprintf(w, "\nGPU 0: %s (%s backend); copy wait = share of the time the consumer waited for copies\n",
+		g.Device, g.Backend)
+	if g.Backend == gpu.ModeFake.String() {
+		fmt.Fprintln(w, "FAKE backend: copy figures are host memcpy speeds, not PCIe transfers")
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tEPOCH\tSAMPLES/s\tCOPY WAIT\tCOPIED GB/s")
+	for _, r := range rep.Runs {
+		if r.GPU == nil {
+			continue
+		}
+		for _, e := range r.GPU.Epochs {
+			fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f%%\t%.2f\n", r.Name, e.Epoch, e.SamplesPerSec, 100*e.CopyWaitShare,
+				e.CopyGBps)
+		}
+		fmt.Fprintf(tw, "%s\tall\t%.0f\t%.1f%%\t%.2f\n", r.Name, r.SamplesPerSec, 100*r.GPU.CopyWaitShare,
+			r.GPU.CopyGBps)
 	}
 	return tw.Flush()
 }

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestBenchLoaderGPUFake feeds the warm run's batches to the fake GPU: the
+// report has the copies' figures per epoch, labelled as host memcpy.
+func TestBenchLoaderGPUFake(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	opts := inspectOptions(t, "")
+	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "2048", "--shards", "8",
+		"--sample-bytes", "256", "--batch", "64", "--epochs", "2", "--modes", "shard-window", "--gpu", "fake")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.GPU == nil || rep.GPU.Backend != "fake" || !strings.Contains(rep.GPU.Note, "memcpy") || len(rep.Runs) != 1 {
+		t.Fatalf("report %+v, gpu %+v", rep, rep.GPU)
+	}
+	g := rep.Runs[0].GPU
+	if g == nil || len(g.Epochs) != 2 || g.CopyGBps <= 0 || g.CopyWaitShare < 0 || g.CopyWaitShare > 1 {
+		t.Fatalf("run's GPU figures %+v", g)
+	}
+	for _, e := range g.Epochs {
+		if e.SamplesPerSec <= 0 || e.CopyGBps <= 0 {
+			t.Errorf("epoch %+v", e)
+		}
+	}
+	var table bytes.Buffer
+	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "FAKE backend") ||
+		!strings.Contains(table.String(), "COPY WAIT") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+
+	// --gpu none (the default) keeps the report as it was.
+	out, err = runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "1024", "--shards", "4",
+		"--sample-bytes", "64", "--batch", "64", "--epochs", "1", "--modes", "global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, `"gpu"`) {
+		t.Errorf("report without --gpu mentions a GPU:\n%s", out)
+	}
+}
