@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/sampler"
@@ -19,6 +20,8 @@ type dispatcher struct {
 	serial uint64   // batches filled
 	// The announced plan: shards in plan order from seq planBase.
 	planBase int64
+	// reported is when Stats were last reported to a StatsReporter.
+	reported time.Time
 }
 
 // dispatch runs the dispatcher until every batch is handed out or ctx
@@ -176,6 +179,10 @@ func (d *dispatcher) open(ctx context.Context, index int) error {
 		pos := int(d.seq-d.planBase) * len(d.l.ds.Names)
 		if err := p.AdvancePlan(ctx, d.l.planID, pos); err != nil && ctx.Err() == nil {
 			d.l.planError(err)
+		}
+		if now := time.Now(); now.Sub(d.reported) >= ReportInterval {
+			d.reported = now
+			d.l.reportStats(ctx)
 		}
 	}
 	d.seq++

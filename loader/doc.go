@@ -78,7 +78,9 @@
 //
 // Stats accounts the time Next spent blocked, split by what the awaited
 // batch was waiting for: a fetch, a disk-to-shm copy, the gather, or
-// something else (see Stats).
+// something else (see Stats). A Planner that is a StatsReporter (the
+// daemon's control client) is sent the Stats as the Loader advances, so
+// the daemon exports every loader's stalls as metrics.
 //
 // # Lifetimes
 //

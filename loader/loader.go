@@ -293,6 +293,17 @@ func (l *Loader) failure() error {
 	return l.err
 }
 
+// reportStats reports the Stats to the Planner if it is a StatsReporter.
+func (l *Loader) reportStats(ctx context.Context) {
+	r, ok := l.cfg.Planner.(StatsReporter)
+	if !ok {
+		return
+	}
+	if err := r.ReportStats(ctx, l.planID, l.Stats()); err != nil && ctx.Err() == nil {
+		l.planError(err)
+	}
+}
+
 // planError counts and logs an advisory Planner failure.
 func (l *Loader) planError(err error) {
 	l.counters.planErrors.Add(1)
@@ -337,6 +348,7 @@ func (l *Loader) shutdown() error {
 	err := l.release(dead)
 	if p := l.cfg.Planner; p != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), planDropTimeout)
+		l.reportStats(ctx)
 		if perr := p.DropPlan(ctx, l.planID); perr != nil {
 			l.planError(perr)
 		}

@@ -228,3 +228,48 @@ func TestClairvoyantCache(t *testing.T) {
 		t.Errorf("stall parts add up to %v; Wait is %v", sum, s.Wait)
 	}
 }
+
+// reportingPlanner is a recordingPlanner that also takes Stats.
+type reportingPlanner struct {
+	recordingPlanner
+	reports []Stats
+	ids     []string
+}
+
+func (p *reportingPlanner) ReportStats(_ context.Context, id string, s Stats) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ids = append(p.ids, id)
+	p.reports = append(p.reports, s)
+	return nil
+}
+
+func TestStatsReportedToPlanner(t *testing.T) {
+	e := newEnv(t, unevenData)
+	p := &reportingPlanner{}
+	l := e.open(t, Config{BatchSize: 4, Seed: 5, Epochs: 2, Planner: p})
+	drain(t, l, unevenData)
+	final := l.Stats()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// The first shard's opening reports (nothing yet), then at most one a
+	// second, then Close reports the totals.
+	if len(p.reports) < 2 {
+		t.Fatalf("%d reports; want the first one and the one at Close", len(p.reports))
+	}
+	for _, id := range p.ids {
+		if id != l.PlanID() {
+			t.Errorf("report for plan %q; want %q", id, l.PlanID())
+		}
+	}
+	last := p.reports[len(p.reports)-1]
+	if last.Batches != final.Batches || last.Samples != final.Samples || last.Wait != final.Wait {
+		t.Errorf("last report %+v; want the totals at Close %+v", last, final)
+	}
+	if len(p.dropped) != 1 {
+		t.Errorf("dropped %v; want the plan dropped after the last report", p.dropped)
+	}
+}

@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
@@ -66,6 +67,19 @@ type Planner interface {
 
 // *tier.Cache takes plans in-process.
 var _ Planner = (*tier.Cache)(nil)
+
+// StatsReporter is a Planner that also takes the Loader's Stats, as the
+// daemon does to export every loader's stall time as metrics. A Loader
+// whose Planner implements it reports its totals as it advances through
+// its plan, at most every ReportInterval, and once more at Close before
+// dropping the plan. Reports are advice, counted as plan errors on failure.
+type StatsReporter interface {
+	// ReportStats reports plan id's reader's Stats: totals since its New.
+	ReportStats(ctx context.Context, id string, s Stats) error
+}
+
+// ReportInterval is the least time between two reports to a StatsReporter.
+const ReportInterval = time.Second
 
 // Stager is a cache that can make objects local ahead of Acquire in two
 // steps, which the Loader times separately to tell a stall waiting for the
