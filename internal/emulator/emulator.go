@@ -2,9 +2,10 @@
 // tests, benchmarks and the demo command.
 //
 // It serves fake-gcs-server (memory backend) over real TCP on a loopback
-// port, behind an HTTP middleware that injects faults (error statuses,
-// stalls, resets, truncated or corrupted bodies) and shapes object downloads
-// like a real link (time to first byte, bytes per second per connection).
+// port, behind the HTTP middleware of package linkshape, which injects
+// faults (error statuses, stalls, resets, truncated or corrupted bodies) and
+// shapes object downloads like a real link (time to first byte, bytes per
+// second per connection).
 //
 // Point a storage client at it with
 //
@@ -41,6 +42,8 @@ import (
 	"time"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
+
+	"github.com/cacheagent/cacheagent/internal/linkshape"
 )
 
 // ErrInvalidObject is returned by Put for an empty bucket or object name.
@@ -68,17 +71,13 @@ type Options struct {
 type Server struct {
 	// Immutable after Start.
 	fake   *fakestorage.Server
-	inner  http.Handler
 	http   *http.Server
 	addr   string
 	cancel context.CancelFunc // cancels the base context of every request
 
-	faults atomic.Pointer[FaultPlan]
-	shape  atomic.Pointer[Shape]
+	link *linkshape.Link // counts, faults and shapes media GETs
 
-	mediaGETs   atomic.Int64
-	bytesServed atomic.Int64
-	lastGen     atomic.Int64 // last generation handed out by nextGeneration
+	lastGen atomic.Int64 // last generation handed out by nextGeneration
 
 	serving   sync.WaitGroup // the Serve goroutine
 	closeOnce sync.Once
@@ -112,9 +111,8 @@ func Start(opts Options) (*Server, error) {
 		ln.Close()
 		return nil, fmt.Errorf("emulator: create fake: %w", err)
 	}
-	s := &Server{fake: fake, inner: fake.HTTPHandler(), addr: addr}
-	s.faults.Store(&opts.Faults)
-	s.shape.Store(&opts.Shape)
+	s := &Server{fake: fake, addr: addr}
+	s.link = linkshape.New(fake.HTTPHandler(), opts.Shape, opts.Faults)
 	if err := s.seed(opts); err != nil {
 		ln.Close()
 		fake.Stop()
@@ -172,18 +170,18 @@ func (s *Server) Endpoint() string { return "http://" + s.addr + "/storage/v1/" 
 func (s *Server) Fake() *fakestorage.Server { return s.fake }
 
 // SetFaults replaces the fault plan; nil disables fault injection.
-func (s *Server) SetFaults(plan FaultPlan) { s.faults.Store(&plan) }
+func (s *Server) SetFaults(plan FaultPlan) { s.link.SetFaults(plan) }
 
 // SetShape replaces the link model; the zero Shape disables shaping.
-func (s *Server) SetShape(sh Shape) { s.shape.Store(&sh) }
+func (s *Server) SetShape(sh Shape) { s.link.SetShape(sh) }
 
 // MediaGETs returns the number of object media GETs received so far,
 // faulted ones included.
-func (s *Server) MediaGETs() int64 { return s.mediaGETs.Load() }
+func (s *Server) MediaGETs() int64 { return s.link.Stats().MediaGETs }
 
 // BytesServed returns the number of media GET body bytes written to clients
 // so far (bytes swallowed by a truncation fault are not counted).
-func (s *Server) BytesServed() int64 { return s.bytesServed.Load() }
+func (s *Server) BytesServed() int64 { return s.link.Stats().BytesServed }
 
 // Put creates or overwrites bucket/name with a copy of data, creating the
 // bucket if needed, and returns the new generation. Generations handed out

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"io"
-	"net/http"
 	"net/url"
 	"testing"
 	"time"
@@ -256,33 +255,5 @@ func TestPattern(t *testing.T) {
 	}
 	if zeros := bytes.Count(Pattern(0, 1<<16), []byte{0}); zeros > 1<<9 {
 		t.Errorf("Pattern(0, 64 KiB) has %d zero bytes; want about 256", zeros)
-	}
-}
-
-func TestIsMediaGET(t *testing.T) {
-	tests := []struct {
-		method, target string
-		want           bool
-	}{
-		{http.MethodGet, "/b/o", true},
-		{http.MethodGet, "/b/dir/o%20x", true},
-		{http.MethodGet, "/storage/v1/b/b/o/o?alt=media", true},
-		{http.MethodGet, "/download/storage/v1/b/b/o/o?alt=media", true},
-		{http.MethodHead, "/b/o", false},
-		{http.MethodGet, "/storage/v1/b/b/o/o", false},
-		{http.MethodGet, "/storage/v1/b/b/o?prefix=x", false},
-		{http.MethodGet, "/b", false},
-		{http.MethodGet, "/b/", false},
-		{http.MethodGet, "/_internal/healthcheck", false},
-		{http.MethodPost, "/upload/storage/v1/b/b/o", false},
-	}
-	for _, tt := range tests {
-		r, err := http.NewRequest(tt.method, "http://127.0.0.1"+tt.target, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := isMediaGET(r); got != tt.want {
-			t.Errorf("isMediaGET(%s %s) = %v; want %v", tt.method, tt.target, got, tt.want)
-		}
 	}
 }

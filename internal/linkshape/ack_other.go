@@ -1,6 +1,6 @@
 //go:build !linux
 
-package emulator
+package linkshape
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package emulator
+package linkshape
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // chunkSize is the largest unit in which bodies are paced, flushed and cut;
 // slow links use pieces of about minPacing, down to minChunk bytes.
 const (
-	chunkSize = 64 << 10
+	chunkSize = 256 << 10
 	minChunk  = 1 << 10
 	minPacing = 10 * time.Millisecond
 )

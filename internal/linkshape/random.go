@@ -1,0 +1,83 @@
+package linkshape
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// ErrConfig is matched by every error about a Random configuration.
+var ErrConfig = errors.New("linkshape: invalid fault configuration")
+
+// DefaultResetWithin is Random.ResetWithin's default: 1 MiB.
+const DefaultResetWithin = 1 << 20
+
+// Random describes a fault plan that fails a share of media GETs at random.
+// Each media GET's draw depends only on Seed and its number n, so the same
+// sequence of requests gets the same faults on every run (under concurrency
+// which request is the n-th may vary).
+type Random struct {
+	// Seed seeds the draws.
+	Seed uint64
+	// StatusRate is the share of media GETs, in [0, 1], answered with
+	// Status and no body.
+	StatusRate float64
+	// Status is the error status of StatusRate's answers: 429 or 5xx.
+	// 0 means 503.
+	Status int
+	// ResetRate is the share of media GETs, in [0, 1], whose connection is
+	// reset after a random number of body bytes in [1, ResetWithin]. A body
+	// shorter than the draw is delivered whole. StatusRate + ResetRate must
+	// not exceed 1.
+	ResetRate float64
+	// ResetWithin bounds the reset offsets, in bytes. 0 means
+	// DefaultResetWithin.
+	ResetWithin int64
+}
+
+// Plan validates r and returns its fault plan, or nil if both rates are 0.
+func (r Random) Plan() (FaultPlan, error) {
+	switch {
+	case !(r.StatusRate >= 0 && r.StatusRate <= 1): // also rejects NaN
+		return nil, fmt.Errorf("%w: status rate %v is not in [0, 1]", ErrConfig, r.StatusRate)
+	case !(r.ResetRate >= 0 && r.ResetRate <= 1):
+		return nil, fmt.Errorf("%w: reset rate %v is not in [0, 1]", ErrConfig, r.ResetRate)
+	case r.StatusRate+r.ResetRate > 1:
+		return nil, fmt.Errorf("%w: status rate %v + reset rate %v exceed 1", ErrConfig, r.StatusRate, r.ResetRate)
+	case r.Status != 0 && r.Status != http.StatusTooManyRequests && (r.Status < 500 || r.Status > 599):
+		return nil, fmt.Errorf("%w: status %d is not 429 or 5xx", ErrConfig, r.Status)
+	case r.ResetWithin < 0:
+		return nil, fmt.Errorf("%w: negative reset offset bound %d", ErrConfig, r.ResetWithin)
+	}
+	if r.StatusRate == 0 && r.ResetRate == 0 {
+		return nil, nil
+	}
+	if r.Status == 0 {
+		r.Status = http.StatusServiceUnavailable
+	}
+	if r.ResetWithin == 0 {
+		r.ResetWithin = DefaultResetWithin
+	}
+	return func(_ *http.Request, n int) Fault {
+		u := unit(mix(r.Seed, 2*uint64(n)))
+		switch {
+		case u < r.StatusRate:
+			return Fault{Status: r.Status}
+		case u < r.StatusRate+r.ResetRate:
+			return Fault{ResetAfter: 1 + int64(mix(r.Seed, 2*uint64(n)+1)%uint64(r.ResetWithin))}
+		}
+		return Fault{}
+	}, nil
+}
+
+// mix returns the i-th word of SplitMix64's stream for seed: independent
+// draws without shared state.
+func mix(seed, i uint64) uint64 {
+	z := seed*0xd1342543de82ef95 + (i+1)*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// unit maps a word to [0, 1) with 53 bits of precision.
+func unit(w uint64) float64 { return float64(w>>11) / (1 << 53) }
