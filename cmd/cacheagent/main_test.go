@@ -276,23 +276,3 @@ func TestParseGS(t *testing.T) {
 		}
 	}
 }
-
-// TestDemo runs the embedded demo, small, as a newcomer would, and checks
-// that it reports every step and leaves nothing behind.
-func TestDemo(t *testing.T) {
-	tmp := t.TempDir()
-	cmd := exec.Command(binPath, "--cache-dir", filepath.Join(tmp, "ignored"), "demo", "--objects", "6", "--object-size", "256KiB")
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("demo: %v\n%s", err, out)
-	}
-	for _, want := range []string{"direct GCS", "cold prefetch", "warm read", "restart + read"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("demo output lacks %q:\n%s", want, out)
-		}
-	}
-	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
-		t.Errorf("demo left %v behind in TMPDIR", ents)
-	}
-}
