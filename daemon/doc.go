@@ -50,8 +50,7 @@
 // # Concurrency
 //
 // A Daemon is safe for concurrent use. Its parts each have one mutex and
-// never hold it during I/O, except statsCache, which holds its own while
-// the cache computes stats. Lock orders: jobManager.mu before job.mu;
+// never hold it during I/O. Lock orders: jobManager.mu before job.mu;
 // sessionManager.mu before session.mu. Every goroutine has an owner that
 // waits for it: the servers (Daemon.servers), jobs (jobManager.running),
 // and each request's handler.

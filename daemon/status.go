@@ -16,23 +16,20 @@ import (
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// statsTTL is how long a snapshot of the cache's stats is reused.
-// tier.Cache.Stats walks every entry under the cache's lock, so status
-// requests and scrapes share snapshots instead of each taking one; the
-// daemon's own changes (pin, evict, leases, reloads) invalidate it.
+// statsTTL is how long an encoded status is reused. tier.Cache.Stats is
+// O(1) (the tiers keep their figures as they change), but encoding the
+// whole status costs an allocation-heavy JSON marshal, and every byte a
+// request allocates brings the next garbage collection closer, which with
+// a large index is what delays requests: under many clients, status
+// serves one encoding for up to statsTTL. The daemon's own changes (pin,
+// evict, leases, reloads) invalidate it.
 const statsTTL = 250 * time.Millisecond
 
-// statsCache shares snapshots of tier.Cache.Stats, and of the encoded
-// status. Lock order: rebuild, then bodyMu or mu, then the cache's locks
-// (Stats takes them).
+// statsCache reads the cache's stats and shares the encoded status. Lock
+// order: rebuild, then bodyMu, then the cache's locks (Stats takes them).
 type statsCache struct {
 	cache *tier.Cache  // immutable
 	epoch atomic.Int64 // advanced by invalidate
-
-	mu    sync.Mutex // protects the fields below; held while Stats runs
-	at    time.Time
-	s     tier.Stats
-	valid bool
 
 	// rebuild is held by the one request rebuilding the status body.
 	rebuild sync.Mutex
@@ -45,30 +42,18 @@ type statsCache struct {
 
 func newStatsCache(c *tier.Cache) *statsCache { return &statsCache{cache: c} }
 
-// get returns a snapshot at most statsTTL old. Concurrent callers wait for
-// one snapshot rather than each walking the cache.
-func (c *statsCache) get() tier.Stats {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.valid || time.Since(c.at) >= statsTTL {
-		c.s, c.at, c.valid = c.cache.Stats(), time.Now(), true
-	}
-	return c.s
-}
+// get returns the cache's stats now. It takes the cache's lock briefly
+// (O(1)), which is also what Healthy checks.
+func (c *statsCache) get() tier.Stats { return c.cache.Stats() }
 
-// invalidate makes the next get, and the next status, fresh.
-func (c *statsCache) invalidate() {
-	c.epoch.Add(1)
-	c.mu.Lock()
-	c.valid = false
-	c.mu.Unlock()
-}
+// invalidate makes the next status fresh.
+func (c *statsCache) invalidate() { c.epoch.Add(1) }
 
 // statusBody returns the encoded status (GET /v1/status), rebuilt at most
 // every statsTTL: under many clients, status costs a buffer copy. A body
 // older than statsTTL is rebuilt by one request while the others are
-// served the previous one (rebuilding walks the cache's entries); one
-// from before an invalidation is never served.
+// served the previous one; one from before an invalidation is never
+// served.
 func (d *Daemon) statusBody() ([]byte, error) {
 	c := d.stats
 	epoch := c.epoch.Load()

@@ -101,9 +101,16 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 		return err
 	}
 	defer r.Close()
-	bp := d.bufs.Get().(*[]byte)
-	defer d.bufs.Put(bp)
-	buf := *bp
+	var buf []byte
+	if left := s.n - s.done; left < copyBufSize {
+		// A small range (a small object) gets a buffer of its size: 64
+		// connections fetching 1 KiB objects would otherwise hold 16 MiB.
+		buf = make([]byte, max(left, 1))
+	} else {
+		bp := d.bufs.Get().(*[]byte)
+		defer d.bufs.Put(bp)
+		buf = *bp
+	}
 
 	for s.done < s.n {
 		m, rerr := r.Read(buf[:min(int64(len(buf)), s.n-s.done)])

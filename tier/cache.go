@@ -74,7 +74,11 @@ type Cache struct {
 	entries    map[string]*entry         // live base entries by index key
 	byID       map[fileID]*entry         // the same, by file id (for the watcher)
 	urgencies  map[fileID]*sharedUrgency // urgency of each fill, shared by its waiters
-	stats      counters
+	// dirty lists the entries marked dirty since the last flush (see
+	// markDirtyLocked), so that a flush costs O(changes), not a walk of
+	// every entry under mu. It may hold entries dropped since.
+	dirty []*entry
+	stats counters
 }
 
 // counters are cumulative event counts, guarded by Cache.mu.
@@ -225,8 +229,18 @@ func (c *Cache) flushLoop() {
 	}
 }
 
-// flushAccess writes the records of entries whose access or check time
-// changed since the last flush.
+// markDirtyLocked records that base entry e has persisted fields that the
+// flusher writes (access and check times, the in-shm flag) changed since
+// the last index write.
+func (c *Cache) markDirtyLocked(e *entry) {
+	if !e.dirty {
+		e.dirty = true
+		c.dirty = append(c.dirty, e)
+	}
+}
+
+// flushAccess writes the records of live entries marked dirty since the
+// last flush.
 func (c *Cache) flushAccess() error {
 	c.idxMu.Lock()
 	defer c.idxMu.Unlock()
@@ -236,19 +250,20 @@ func (c *Cache) flushAccess() error {
 	c.mu.Lock()
 	var keys []string
 	var recs []record
-	var dirty []*entry
-	for _, e := range c.entries {
-		if e.dirty {
-			keys, recs, dirty = append(keys, e.key), append(recs, e.rec), append(dirty, e)
-			e.dirty = false
+	var written []*entry
+	for _, e := range c.dirty {
+		if e.dirty && e.state == live && c.entries[e.key] == e {
+			keys, recs, written = append(keys, e.key), append(recs, e.rec), append(written, e)
 		}
+		e.dirty = false
 	}
+	c.dirty = nil
 	c.mu.Unlock()
 	// Holding idxMu, no entry can be replaced or dropped until the write ends.
 	if err := c.idx.putBatch(keys, recs); err != nil {
 		c.mu.Lock()
-		for _, e := range dirty {
-			e.dirty = true
+		for _, e := range written {
+			c.markDirtyLocked(e)
 		}
 		c.mu.Unlock()
 		return err

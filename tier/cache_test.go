@@ -167,7 +167,7 @@ func TestRestartReadoptsWithoutDownloads(t *testing.T) {
 	if !reflect.DeepEqual(after, before) {
 		t.Errorf("entries after restart differ:\n got %+v\nwant %+v", after, before)
 	}
-	if e := c2.base.lru.Front().Value.(*entry); !strings.HasSuffix(e.key, "o/03") {
+	if e := c2.base.lru.front(); !strings.HasSuffix(e.key, "o/03") {
 		t.Errorf("most recently used after restart = %q; want o/03", e.key)
 	}
 	for name, data := range want {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -21,7 +20,7 @@ const promoteQueueLen = 256
 func (c *Cache) newHotCopyLocked(e *entry, blocks int64, ident fileIdent) *entry {
 	r := e.rec
 	r.blocks = blocks
-	return &entry{key: e.key, st: c.hot, owner: e, id: e.id, ident: ident, stale: new(atomic.Bool), rec: r}
+	return &entry{key: e.key, st: c.hot, owner: e, id: e.id, ident: ident, rec: r}
 }
 
 // installHotLocked makes h the live hot copy of base entry e and marks the
@@ -31,15 +30,17 @@ func (c *Cache) installHotLocked(e, h *entry) {
 	e.hot = h
 	if !e.rec.inShm {
 		e.rec.inShm = true
-		e.dirty = true
+		c.markDirtyLocked(e)
 	}
-	e.stale.Store(true)
+	e.markStaleLocked()
 	c.hot.used += h.rec.blocks
+	c.hot.copies++
 	if e.rec.hotPin {
 		c.hot.pinnedBytes += h.rec.blocks
 	} else {
-		h.elem = c.hot.lru.PushFront(h)
+		c.hot.lru.pushFront(h)
 	}
+	syncObjectLocked(e)
 }
 
 // unhotLocked takes the hot copy of base entry e out of the cache (a
@@ -50,19 +51,22 @@ func (c *Cache) unhotLocked(e *entry, dead []*entry) []*entry {
 	h := e.hot
 	e.hot = nil
 	e.rec.inShm = false
-	e.dirty = true
+	c.markDirtyLocked(e)
 	if e.state == live {
-		e.stale = new(atomic.Bool)
+		e.renewStaleLocked()
 	}
-	if h.elem != nil {
-		c.hot.lru.Remove(h.elem)
-		h.elem = nil
+	c.hot.copies--
+	if h.linked() {
+		c.hot.lru.remove(h)
 	} else {
 		c.hot.pinnedBytes -= h.rec.blocks
 	}
 	h.doomed = true
 	c.stats.demotions++
-	return c.retireLocked(h, dead)
+	dead = c.retireLocked(h, dead)
+	h.syncInUseLocked()
+	e.syncInUseLocked()
+	return dead
 }
 
 // notePromoteLocked counts an Open of live base entry e that is not in the
@@ -170,7 +174,7 @@ func (c *Cache) reserveHot(n int64, e *entry) error {
 	if short := h.used + h.reserved + n - h.maxBytes; short > 0 {
 		victims, freed := h.lruVictimsLocked(short, nil)
 		if freed < short {
-			pinned, inUse := c.fixedBytesLocked(h)
+			pinned, inUse := h.fixedBytesLocked()
 			err := fmt.Errorf("%w: %s needs %s of shm; its budget of %s holds %s pinned, %s in use and %s reserved",
 				ErrNoSpace, e.attrs().Object, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(h.maxBytes)),
 				humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(h.reserved)))

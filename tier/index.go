@@ -160,7 +160,7 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithNumVersionsToKeep(1).
 		WithNumGoroutines(2).
 		WithNumCompactors(2).
-		WithMemTableSize(4 << 20).
+		WithMemTableSize(1 << 20).
 		WithNumMemtables(2).
 		WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(8).
@@ -169,8 +169,8 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithValueLogFileSize(8 << 20).
 		WithValueThreshold(1 << 10). // records are ~50 bytes: all stay in the LSM tree
 		WithCompression(options.None).
-		WithBlockCacheSize(4 << 20).
-		WithIndexCacheSize(2 << 20).
+		WithBlockCacheSize(0).
+		WithIndexCacheSize(0).
 		WithCompactL0OnClose(true)
 }
 

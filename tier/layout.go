@@ -178,17 +178,18 @@ func blocksOf(fi fs.FileInfo) int64 {
 // deleted, replaced, truncated or written to behind the cache's back.
 var errChanged = errors.New("tier: cached file changed behind the cache's back")
 
-// fileIdent identifies the data file a copy published: a file with another
-// inode, size or modification time is not it. Immutable.
+// fileIdent identifies the data file a copy published, with the object's
+// size (which is the file's: entries keep it in rec.size, so it is not
+// stored twice): a file with another inode, size or modification time is
+// not it. Immutable.
 type fileIdent struct {
 	ino   uint64
-	size  int64
 	mtime int64 // unix ns
 }
 
 // identOf returns the identity of a file from its stat.
 func identOf(st *syscall.Stat_t) fileIdent {
-	return fileIdent{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}
+	return fileIdent{ino: st.Ino, mtime: st.Mtim.Nano()}
 }
 
 // identOfInfo returns the identity of a file from its FileInfo.
@@ -196,32 +197,32 @@ func identOfInfo(fi fs.FileInfo) fileIdent {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		return identOf(st)
 	}
-	return fileIdent{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	return fileIdent{mtime: fi.ModTime().UnixNano()}
 }
 
-// matches returns nil if st is the file id names, else an error wrapping
-// errChanged.
-func (id fileIdent) matches(st *syscall.Stat_t) error {
+// matches returns nil if st is the file id names, of size bytes, else an
+// error wrapping errChanged.
+func (id fileIdent) matches(st *syscall.Stat_t, size int64) error {
 	got := identOf(st)
-	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || got != id {
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || got != id || st.Size != size {
 		return fmt.Errorf("%w: size %d, inode %d, mtime %d; published with size %d, inode %d, mtime %d",
-			errChanged, got.size, got.ino, got.mtime, id.size, id.ino, id.mtime)
+			errChanged, st.Size, got.ino, got.mtime, size, id.ino, id.mtime)
 	}
 	return nil
 }
 
-// checkFile checks an open file against id with one fstat.
-func (id fileIdent) checkFile(f *os.File) error {
+// checkFile checks an open file against id and size with one fstat.
+func (id fileIdent) checkFile(f *os.File, size int64) error {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("fstat %s: %w", f.Name(), err)
 	}
-	return id.matches(&st)
+	return id.matches(&st, size)
 }
 
-// checkPath checks the file at p against id without following links; a
-// missing file is changed.
-func (id fileIdent) checkPath(p string) error {
+// checkPath checks the file at p against id and size without following
+// links; a missing file is changed.
+func (id fileIdent) checkPath(p string, size int64) error {
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -229,7 +230,7 @@ func (id fileIdent) checkPath(p string) error {
 		}
 		return fmt.Errorf("lstat %s: %w", p, err)
 	}
-	return id.matches(&st)
+	return id.matches(&st, size)
 }
 
 // roundUp rounds n up to a multiple of b (b > 0).

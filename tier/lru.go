@@ -2,9 +2,6 @@ package tier
 
 import (
 	"cmp"
-	"container/list"
-	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -30,6 +27,11 @@ const (
 // (the object's copy in the base tier, indexed) or a hot copy (its copy in
 // the shm tier, owned by a base entry). key, st, owner, id and ident are
 // immutable; every other field is guarded by Cache.mu.
+//
+// A cache holds one entry per cached object (two with a shm copy), so its
+// size is the index's footprint: keep it small and its pointers few (the
+// garbage collector traces them all at every cycle). The LRU links are
+// intrusive (lruList) for that reason.
 type entry struct {
 	key   string    // bucket + "\x00" + name
 	st    *store    // the tier holding the file
@@ -37,29 +39,39 @@ type entry struct {
 	id    fileID    // data file name
 	ident fileIdent // the file as published
 	// stale is the flag that handles opened on this copy report (Handle.
-	// Stale). It is set, never cleared, when the copy stops being the best
-	// one: it left the cache, or (base entries) a hot copy was published.
-	// When a base entry's hot copy goes away, a fresh flag replaces it for
-	// new handles; the old one stays set for the old handles.
+	// Stale), created by the first handle (most cached objects are never
+	// opened while cached: see staleFlagLocked). It is set, never cleared,
+	// when the copy stops being the best one: it left the cache, or (base
+	// entries) a hot copy was published. When a base entry's hot copy goes
+	// away, a fresh flag replaces it for new handles; the old one stays set
+	// for the old handles.
 	stale *atomic.Bool
 	rec   record // persisted fields; rec.gen and rec.size are immutable
-	refs  int32  // open handles
+	// prev and next link the copy into st.lru (see lruList); both are nil
+	// when it is pinned or not live.
+	prev, next *entry
+	hot        *entry // base entries: the live hot copy, if any
+	refs       int32  // open handles
+	// Promotion on hits (base entries): winHits Opens since winStart (unix
+	// ns); promoting is set while a promotion is queued or running.
+	winHits  int32
+	winStart int64
 	// dirty is set when persisted fields that the flusher writes (access
-	// and check times, the in-shm flag) changed since the last index write.
+	// and check times, the in-shm flag) changed since the last index write;
+	// Cache.dirty lists the entries it is set on (markDirtyLocked).
 	dirty bool
 	state entryState
 	// doomed copies were dropped (Evict, Demote, a damaged file) while in
 	// use: no new handle is given on them, even by exact generation.
 	doomed bool
 	// detached is set on a zombie whose path a newer copy took over.
-	detached bool
-	elem     *list.Element // position in st.lru; nil when pinned or not live
-	hot      *entry        // base entries: the live hot copy, if any
-	// Promotion on hits (base entries): promoting is set while a promotion
-	// is queued or running; winHits Opens since winStart (unix ns).
+	detached  bool
 	promoting bool
-	winHits   int32
-	winStart  int64
+	// staleSet is the value a stale flag created now starts with.
+	staleSet bool
+	// counted records that the copy's blocks are in st.inUse (see
+	// syncInUseLocked).
+	counted bool
 }
 
 // newEntry returns a base entry for a freshly published file in st.
@@ -70,7 +82,6 @@ func newEntry(st *store, a fetch.Attrs, blocks int64, ident fileIdent, now int64
 	}
 	return &entry{
 		key: indexKey(a.Bucket, a.Name), st: st, id: idOf(a.Bucket, a.Name, a.Generation), ident: ident,
-		stale: new(atomic.Bool),
 		rec: record{gen: a.Generation, size: a.Size, blocks: blocks, crc: a.CRC32C, hasCRC: a.HasCRC32C,
 			updated: updated, checked: now, access: now},
 	}
@@ -87,8 +98,61 @@ func (e *entry) attrs() fetch.Attrs {
 	return a
 }
 
+// markStaleLocked tells the handles on copy e, and any opened on it later,
+// that the cache has moved on from it.
+func (e *entry) markStaleLocked() {
+	e.staleSet = true
+	if e.stale != nil {
+		e.stale.Store(true)
+	}
+}
+
+// renewStaleLocked gives the handles opened on e from now on a fresh flag
+// (e is the best copy again); those opened before keep theirs, set.
+func (e *entry) renewStaleLocked() { e.stale, e.staleSet = nil, false }
+
+// staleFlagLocked returns the flag a new handle on e reports, creating it
+// on first use.
+func (e *entry) staleFlagLocked() *atomic.Bool {
+	if e.stale == nil {
+		e.stale = new(atomic.Bool)
+		e.stale.Store(e.staleSet)
+	}
+	return e.stale
+}
+
 // inUseLocked reports open handles on e or on its hot copy.
 func (e *entry) inUseLocked() bool { return e.refs > 0 || (e.hot != nil && e.hot.refs > 0) }
+
+// linked reports whether e is in its store's LRU: live and not pinned.
+func (e *entry) linked() bool { return e.next != nil }
+
+// syncInUseLocked brings e.st.inUse up to date with copy e: its blocks
+// count there while it is live, unpinned and in use (for a base entry,
+// also when its hot copy is). Every change to those (handles, pins, hot
+// copies, leaving the cache) is followed by a call; extra calls are
+// harmless.
+func (e *entry) syncInUseLocked() {
+	now := e.state == live && e.linked() && e.inUseLocked()
+	if now == e.counted {
+		return
+	}
+	e.counted = now
+	if now {
+		e.st.inUse += e.rec.blocks
+	} else {
+		e.st.inUse -= e.rec.blocks
+	}
+}
+
+// syncObjectLocked brings the in-use accounting of base entry e and of its
+// hot copy up to date.
+func syncObjectLocked(e *entry) {
+	e.syncInUseLocked()
+	if e.hot != nil {
+		e.hot.syncInUseLocked()
+	}
+}
 
 // lastUseLocked is the last access of the object e copies.
 func (e *entry) lastUseLocked() int64 {
@@ -137,22 +201,24 @@ func (c *Cache) installLocked(e *entry) {
 	c.entries[e.key] = e
 	c.byID[e.id] = e
 	c.base.used += e.rec.blocks
+	c.base.copies++
 	if e.rec.pinned {
 		c.base.pinnedBytes += e.rec.blocks
 	} else {
-		e.elem = c.base.lru.PushFront(e)
+		c.base.lru.pushFront(e)
 	}
+	e.syncInUseLocked()
 }
 
 // touchLocked records a use of base entry e at now (unix ns).
 func (c *Cache) touchLocked(e *entry, now int64) {
 	e.rec.access = now
-	e.dirty = true
-	if e.elem != nil {
-		c.base.lru.MoveToFront(e.elem)
+	c.markDirtyLocked(e)
+	if e.linked() {
+		c.base.lru.moveToFront(e)
 	}
-	if h := e.hot; h != nil && h.elem != nil {
-		c.hot.lru.MoveToFront(h.elem)
+	if h := e.hot; h != nil && h.linked() {
+		c.hot.lru.moveToFront(h)
 	}
 }
 
@@ -174,6 +240,9 @@ func (c *Cache) setPinsLocked(es []*entry, pin func(r *record)) {
 	if c.hot != nil {
 		c.hot.linkByAccessLocked(unpinnedHot)
 	}
+	for _, e := range es {
+		syncObjectLocked(e)
+	}
 }
 
 // movePinLocked moves live copy e out of the LRU (pinned) or appends it to
@@ -181,8 +250,7 @@ func (c *Cache) setPinsLocked(es []*entry, pin func(r *record)) {
 func (st *store) movePinLocked(e *entry, pinned bool, unlinked []*entry) []*entry {
 	if pinned {
 		st.pinnedBytes += e.rec.blocks
-		st.lru.Remove(e.elem)
-		e.elem = nil
+		st.lru.remove(e)
 		return unlinked
 	}
 	st.pinnedBytes -= e.rec.blocks
@@ -193,17 +261,17 @@ func (st *store) movePinLocked(e *entry, pinned bool, unlinked []*entry) []*entr
 // last use places them, in one pass over the list.
 func (st *store) linkByAccessLocked(es []*entry) {
 	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.lastUseLocked(), b.lastUseLocked()) })
-	// Walk from the least recently used end; cur is the oldest element
-	// newer than the entry being placed (nil: none is).
-	cur := st.lru.Back()
+	// Walk from the least recently used end; cur is the oldest copy newer
+	// than the one being placed (nil: none is).
+	cur := st.lru.back()
 	for _, e := range es {
-		for cur != nil && cur.Value.(*entry).lastUseLocked() <= e.lastUseLocked() {
-			cur = cur.Prev()
+		for cur != nil && cur.lastUseLocked() <= e.lastUseLocked() {
+			cur = st.lru.prev(cur)
 		}
 		if cur == nil {
-			e.elem = st.lru.PushFront(e)
+			st.lru.pushFront(e)
 		} else {
-			e.elem = st.lru.InsertAfter(e, cur)
+			st.lru.insertAfter(e, cur)
 		}
 	}
 }
@@ -222,21 +290,23 @@ func (c *Cache) dropLocked(e *entry, doomed bool, dead []*entry) []*entry {
 	if c.byID[e.id] == e {
 		delete(c.byID, e.id)
 	}
-	if e.elem != nil {
-		c.base.lru.Remove(e.elem)
-		e.elem = nil
+	c.base.copies--
+	if e.linked() {
+		c.base.lru.remove(e)
 	}
 	if e.rec.pinned {
 		c.base.pinnedBytes -= e.rec.blocks
 	}
 	e.doomed = doomed
-	return c.retireLocked(e, dead)
+	dead = c.retireLocked(e, dead)
+	e.syncInUseLocked()
+	return dead
 }
 
 // retireLocked ends the life of a copy that left the cache: with handles
 // open it becomes a zombie; otherwise it is buried and appended to dead.
 func (c *Cache) retireLocked(e *entry, dead []*entry) []*entry {
-	e.stale.Store(true)
+	e.markStaleLocked()
 	if e.refs == 0 {
 		c.buryLocked(e)
 		return append(dead, e)
@@ -247,12 +317,13 @@ func (c *Cache) retireLocked(e *entry, dead []*entry) []*entry {
 		e.st.detached[old] = struct{}{}
 	}
 	e.st.zombies[e.id] = e
+	e.st.pending += e.rec.blocks
 	return dead
 }
 
 // buryLocked marks e gone and registers its deletion; removeFiles finishes it.
 func (c *Cache) buryLocked(e *entry) {
-	e.stale.Store(true)
+	e.markStaleLocked()
 	e.state = gone
 	e.st.used -= e.rec.blocks
 	if _, ok := e.st.deleting[e.id]; !ok {
@@ -270,8 +341,7 @@ func (st *store) lruVictimsLocked(need int64, skip *entry) (victims []*entry, fr
 	if st.plans.active() {
 		return st.plans.victimsLocked(st, need, skip)
 	}
-	for el := st.lru.Back(); el != nil && freed < need; el = el.Prev() {
-		e := el.Value.(*entry)
+	for e := st.lru.back(); e != nil && freed < need; e = st.lru.prev(e) {
 		if e.inUseLocked() || e == skip {
 			continue
 		}
@@ -292,107 +362,8 @@ func (c *Cache) evictLocked(victims []*entry, dead []*entry) []*entry {
 }
 
 // fixedBytesLocked returns the bytes of st that eviction cannot free now:
-// pinned copies, and copies (or zombies) with open handles.
-func (c *Cache) fixedBytesLocked(st *store) (pinned, inUse int64) {
-	for _, e := range c.entries {
-		if st == c.hot {
-			e = e.hot
-		}
-		if e != nil && e.elem != nil && e.inUseLocked() {
-			inUse += e.rec.blocks
-		}
-	}
-	return st.pinnedBytes, inUse + st.pendingBytesLocked()
-}
-
-// checkInvariantsLocked verifies the accounting; tests call it at quiescent
-// points.
-//
-// INVARIANT: in each store, used = blocks of live copies + zombies +
-// detached zombies (+ gone copies whose deletion is still registered), and
-// pinnedBytes = blocks of pinned live copies; the LRU holds exactly the live
-// unpinned copies. Zombies have refs > 0. byID indexes exactly the entries.
-// A base entry has a hot copy iff its record says inShm; hotPin implies
-// pinned.
-func (c *Cache) checkInvariantsLocked() error {
-	errs := c.checkStoreLocked(c.base, func(yield func(*entry) bool) {
-		for _, e := range c.entries {
-			if !yield(e) {
-				return
-			}
-		}
-	})
-	if c.hot != nil {
-		errs = append(errs, c.checkStoreLocked(c.hot, func(yield func(*entry) bool) {
-			for _, e := range c.entries {
-				if e.hot != nil && !yield(e.hot) {
-					return
-				}
-			}
-		})...)
-	}
-	if len(c.byID) != len(c.entries) {
-		errs = append(errs, fmt.Errorf("byID has %d entries; want %d", len(c.byID), len(c.entries)))
-	}
-	for k, e := range c.entries {
-		if e.key != k || c.byID[e.id] != e || e.st != c.base || e.owner != nil {
-			errs = append(errs, fmt.Errorf("entry %q: misfiled", k))
-		}
-		if e.rec.inShm != (e.hot != nil) || (e.rec.hotPin && !e.rec.pinned) {
-			errs = append(errs, fmt.Errorf("entry %q: inShm %v hotPin %v pinned %v with hot copy %v",
-				k, e.rec.inShm, e.rec.hotPin, e.rec.pinned, e.hot != nil))
-		}
-		if h := e.hot; h != nil && (h.owner != e || h.st != c.hot || h.id != e.id) {
-			errs = append(errs, fmt.Errorf("entry %q: hot copy misfiled", k))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// checkStoreLocked checks one store's accounting against its live copies.
-func (c *Cache) checkStoreLocked(st *store, copies func(yield func(*entry) bool)) []error {
-	var errs []error
-	var used, pinned int64
-	n, unpinned := 0, 0
-	for e := range copies {
-		n++
-		used += e.rec.blocks
-		isPinned := e.rec.pinned
-		if e.owner != nil {
-			isPinned = e.owner.rec.hotPin
-		}
-		if isPinned {
-			pinned += e.rec.blocks
-		} else {
-			unpinned++
-		}
-		if e.state != live || (e.elem == nil) != isPinned {
-			errs = append(errs, fmt.Errorf("%s copy %s: state %d, pinned %v, in LRU %v", st.name, e.id, e.state, isPinned, e.elem != nil))
-		}
-	}
-	for id, e := range st.zombies {
-		if e.id != id || e.state != zombie || e.refs <= 0 || e.detached {
-			errs = append(errs, fmt.Errorf("%s zombie %s: state %d refs %d", st.name, id, e.state, e.refs))
-		}
-		used += e.rec.blocks
-	}
-	for e := range st.detached {
-		if e.state != zombie || e.refs <= 0 || !e.detached {
-			errs = append(errs, fmt.Errorf("%s detached zombie %s: state %d refs %d", st.name, e.id, e.state, e.refs))
-		}
-		used += e.rec.blocks
-	}
-	if got := st.lru.Len(); got != unpinned {
-		errs = append(errs, fmt.Errorf("%s lru has %d copies; want %d", st.name, got, unpinned))
-	}
-	if len(st.deleting) == 0 && used != st.used {
-		errs = append(errs, fmt.Errorf("%s used = %d; copies add up to %d", st.name, st.used, used))
-	}
-	if pinned != st.pinnedBytes {
-		errs = append(errs, fmt.Errorf("%s pinnedBytes = %d; copies add up to %d", st.name, st.pinnedBytes, pinned))
-	}
-	if st.reserved < 0 {
-		errs = append(errs, fmt.Errorf("%s reserved = %d", st.name, st.reserved))
-	}
-	return errs
+// pinned copies, and copies (or zombies) with open handles. O(1): the
+// store keeps these counts as copies change.
+func (st *store) fixedBytesLocked() (pinned, inUse int64) {
+	return st.pinnedBytes, st.inUse + st.pending
 }

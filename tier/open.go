@@ -130,7 +130,8 @@ func (c *Cache) acquireLocked(e *entry, now int64) grant {
 		}
 	}
 	cp.refs++
-	return grant{cp: cp, stale: cp.stale}
+	syncObjectLocked(e)
+	return grant{cp: cp, stale: cp.staleFlagLocked()}
 }
 
 // revalidate checks a cached generation against the source.
@@ -264,7 +265,7 @@ func (c *Cache) newHandle(g grant) (*Handle, error) {
 	p := e.st.path(e.id)
 	f, err := os.Open(p)
 	if err == nil {
-		if err = e.ident.checkFile(f); err != nil {
+		if err = e.ident.checkFile(f, e.rec.size); err != nil {
 			f.Close()
 		}
 	}
@@ -287,8 +288,13 @@ func (c *Cache) newHandle(g grant) (*Handle, error) {
 func (c *Cache) release(e *entry) {
 	c.mu.Lock()
 	e.refs--
+	if base := e.owner; base != nil {
+		syncObjectLocked(base) // e counts in base's use while it is base's hot copy
+	}
+	e.syncInUseLocked()
 	var dead bool
 	if e.refs == 0 && e.state == zombie && !c.closed {
+		e.st.pending -= e.rec.blocks
 		if e.detached {
 			delete(e.st.detached, e)
 			e.state = gone

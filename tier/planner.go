@@ -33,8 +33,7 @@ func (p *plans) victimsLocked(st *store, need int64, skip *entry) (victims []*en
 func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string] {
 	p.cands, p.ents = p.cands[:0], p.ents[:0]
 	var age int64
-	for el := st.lru.Back(); el != nil; el = el.Prev() {
-		e := el.Value.(*entry)
+	for e := st.lru.back(); e != nil; e = st.lru.prev(e) {
 		age++ // the least recently used copy gets the smallest LastUse
 		if e.inUseLocked() || e == skip {
 			continue

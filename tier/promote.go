@@ -165,7 +165,7 @@ func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 	a := e.attrs()
 	src, err := os.Open(c.base.path(e.id))
 	if err == nil {
-		if err = e.ident.checkFile(src); err != nil {
+		if err = e.ident.checkFile(src, e.rec.size); err != nil {
 			src.Close()
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -150,7 +149,7 @@ func (c *Cache) reconcileHot(ctx context.Context) (hotReconcile, error) {
 	for _, key := range lost {
 		e := c.entries[key]
 		e.rec.inShm = false
-		e.dirty = true
+		c.markDirtyLocked(e)
 	}
 	for _, f := range adopt {
 		c.installHotLocked(f.e, c.newHotCopyLocked(f.e, f.blocks, f.ident))
@@ -172,7 +171,7 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []string, error) {
 			bad = append(bad, key)
 			return
 		}
-		e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), stale: new(atomic.Bool), rec: r}
+		e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), rec: r}
 		if c.hot == nil {
 			e.rec.inShm = false // no shm tier now: any copy there is not ours to use
 		}
@@ -242,7 +241,7 @@ func scanDir(lay layout, sub string, expected map[fileID]*entry) (dirScan, error
 			continue
 		}
 		s.found = append(s.found, found{e: e, blocks: st.Blocks * 512,
-			ident: fileIdent{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano()}})
+			ident: fileIdent{ino: st.Ino, mtime: st.Mtim.Nano()}})
 	}
 	return s, nil
 }
@@ -272,7 +271,7 @@ func (c *Cache) adopt(fs []found) {
 	for _, f := range fs {
 		if f.e.rec.blocks != f.blocks {
 			f.e.rec.blocks = f.blocks
-			f.e.dirty = true // written by the next flush
+			c.markDirtyLocked(f.e) // written by the next flush
 		}
 		f.e.ident = f.ident
 		c.installLocked(f.e)

@@ -70,7 +70,7 @@ func (c *Cache) planReserveLocked(n int64, o fetch.Object) ([]*entry, <-chan str
 	}
 	// Fills in progress end by committing (adding an evictable entry) or by
 	// failing (releasing their reservation): wait for one if that can help.
-	pinned, inUse := c.fixedBytesLocked(b)
+	pinned, inUse := b.fixedBytesLocked()
 	if b.reserved > 0 && pinned+inUse+n <= b.maxBytes {
 		return nil, b.spaceFreed, nil
 	}

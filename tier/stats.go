@@ -60,29 +60,30 @@ type Stats struct {
 	Promotions, PromotionsSkipped, Demotions int64
 }
 
-// Stats returns a snapshot of usage and counters. It walks the entries
-// (O(n)) to count the space in use.
+// Stats returns a snapshot of usage and counters. It costs O(1), whatever
+// the number of entries: the tiers keep their figures as copies change.
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.statsLocked()
+}
+
+// statsLocked is Stats with c.mu held.
+func (c *Cache) statsLocked() Stats {
 	b := c.base
-	_, inUse := c.fixedBytesLocked(b)
+	_, inUse := b.fixedBytesLocked()
 	s := Stats{
 		Tier: b.name, Entries: len(c.entries), UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved,
-		PinnedBytes: b.pinnedBytes, InUseBytes: inUse, PendingBytes: b.pendingBytesLocked(),
+		PinnedBytes: b.pinnedBytes, InUseBytes: inUse, PendingBytes: b.pending,
 		Hits: c.stats.hits, Misses: c.stats.misses, Revalidations: c.stats.revalidations,
 		Fills: c.stats.fills, BytesFetched: c.stats.bytesFetched, Evictions: c.stats.evictions,
 		Damaged: c.stats.damaged,
 	}
 	if h := c.hot; h != nil {
-		for _, e := range c.entries {
-			if e.hot != nil {
-				s.ShmEntries++
-			}
-		}
-		_, s.ShmInUseBytes = c.fixedBytesLocked(h)
+		s.ShmEntries = h.copies
+		_, s.ShmInUseBytes = h.fixedBytesLocked()
 		s.ShmUsedBytes, s.ShmMaxBytes, s.ShmReservedBytes = h.used, h.maxBytes, h.reserved
-		s.ShmPinnedBytes, s.ShmPendingBytes = h.pinnedBytes, h.pendingBytesLocked()
+		s.ShmPinnedBytes, s.ShmPendingBytes = h.pinnedBytes, h.pending
 		s.ShmHits, s.Promotions = c.stats.shmHits, c.stats.promotions
 		s.PromotionsSkipped, s.Demotions = c.stats.promoteSkips, c.stats.demotions
 	}

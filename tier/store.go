@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -31,10 +30,16 @@ type store struct {
 	share    float64 // share of the filesystem that a budget of 0 means
 
 	maxBytes    int64
-	used        int64      // blocks of live copies, zombies and detached zombies
-	reserved    int64      // space set aside by fills or promotions in progress
-	pinnedBytes int64      // blocks of pinned live copies
-	lru         *list.List // live unpinned copies, most recently used at the front
+	used        int64 // blocks of live copies, zombies and detached zombies
+	reserved    int64 // space set aside by fills or promotions in progress
+	pinnedBytes int64 // blocks of pinned live copies
+	// inUse is the blocks of live unpinned copies in use (see
+	// entry.syncInUseLocked), pending those of zombies and detached
+	// zombies, copies the number of live copies: kept as copies change,
+	// so that Stats costs O(1), not a walk of every entry.
+	inUse, pending int64
+	copies         int
+	lru            lruList // live unpinned copies, most recently used at the front
 	// zombies are copies that left the cache while handles were open; the
 	// last Close deletes the file.
 	zombies map[fileID]*entry
@@ -79,12 +84,14 @@ func newStore(name string, lay layout, lk *dirLock, maxBytes int64, share float6
 	if maxBytes == 0 {
 		maxBytes = budgetOf(fsi, share)
 	}
-	return &store{
+	st := &store{
 		name: name, lay: lay, lock: lk, bsize: fsi.blockSize, headroom: headroomFor(fsi.size), share: share,
-		maxBytes: maxBytes, lru: list.New(), zombies: make(map[fileID]*entry),
+		maxBytes: maxBytes, zombies: make(map[fileID]*entry),
 		detached: make(map[*entry]struct{}), deleting: make(map[fileID]chan struct{}),
 		spaceFreed: make(chan struct{}),
-	}, nil
+	}
+	st.lru.init()
+	return st, nil
 }
 
 // path returns the data file of id in this tier.
@@ -94,19 +101,6 @@ func (st *store) path(id fileID) string { return st.lay.path(id) }
 func (st *store) signalLocked() {
 	close(st.spaceFreed)
 	st.spaceFreed = make(chan struct{})
-}
-
-// pendingBytesLocked returns the blocks of zombies (detached or not): space
-// that the last Close of their handles frees.
-func (st *store) pendingBytesLocked() int64 {
-	var n int64
-	for _, e := range st.zombies {
-		n += e.rec.blocks
-	}
-	for e := range st.detached {
-		n += e.rec.blocks
-	}
-	return n
 }
 
 // clearTemp removes everything in the tier's temp directory: fills or

@@ -126,7 +126,7 @@ func (c *Cache) checkCopy(st *store, id fileID) bool {
 // reports whether it did.
 func (c *Cache) dropIfChanged(cp *entry) bool {
 	p := cp.st.path(cp.id)
-	err := cp.ident.checkPath(p)
+	err := cp.ident.checkPath(p, cp.rec.size)
 	if !errors.Is(err, errChanged) {
 		return false
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"time"
@@ -16,6 +17,25 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 )
+
+// loadMemoryLimit bounds the load generator's heap; see quietGC.
+const loadMemoryLimit = 512 << 20
+
+// quietGC turns the load generator's own garbage collection off until its
+// heap reaches loadMemoryLimit, unless GOGC or GOMEMLIMIT is set. Its live
+// heap is a few MiB while each status call allocates a few KiB (the
+// decoded JSON), so at the default GOGC it would collect several times a
+// second, and on a small machine each of its collections (stop-the-world
+// phases, assists on the 100 timed goroutines) lands in the latencies it
+// reports, which are meant to be the daemon's. A phase allocates at most a
+// few hundred MiB, so it collects at most a few times.
+func quietGC() {
+	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(loadMemoryLimit)
+	debug.SetGCPercent(-1)
+}
 
 // newBenchControlLoadCmd is the load generator of `bench control`, run as
 // its own process so that the emulator's large heap (and its garbage
@@ -32,6 +52,7 @@ func newBenchControlLoadCmd(opts *options) *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			quietGC()
 			lr, err := statusPhase(cmd.Context(), opts.config().Control.Socket, clients, rate, duration)
 			if err != nil {
 				return err
