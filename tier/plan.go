@@ -17,8 +17,14 @@ import (
 // it to the tiers.
 
 const (
-	// planFetchBatch is how many objects one prefetch round fetches.
-	planFetchBatch = 4
+	// planInflight is how many objects the planner fetches at once. It
+	// keeps a downloader's connections busy while each object's metadata
+	// lookup and first byte are in flight; the downloader's connection
+	// budget, granted by priority, bounds the connections they use.
+	planInflight = 8
+	// planMeterSpan is the least span over which the planner measures its
+	// aggregate fetch rate.
+	planMeterSpan = 100 * time.Millisecond
 	// promoteAhead is how many plan positions ahead of a reader cached
 	// objects are queued for promotion to the shm tier.
 	promoteAhead = 4
@@ -42,7 +48,9 @@ type plans struct {
 	busy    map[string]bool          // being prefetched by the planner
 	sizes   int64                    // sum of the known sizes in objects
 	known   int                      // how many sizes are known
-	fetch   plan.Meter               // bytes per second the planner fetches
+	fetch   plan.Meter               // bytes per second the planner fetches, all fetches together
+	meterAt time.Time                // start of the span the fetch meter has not seen yet
+	meterN  int64                    // bytes fetched in that span
 	consume plan.Meter               // bytes per second readers advance through plans
 	stats   PlanStats                // counters
 	cands   []plan.Candidate[string] // scratch for victimsLocked

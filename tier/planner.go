@@ -2,7 +2,7 @@ package tier
 
 import (
 	"context"
-	"errors"
+	"sync"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
@@ -45,64 +45,103 @@ func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string
 }
 
 // planLoop is the planner goroutine: each time a plan is announced or
-// advances, it prefetches until the plans' lookahead is cached (or
-// nothing more fits), until Close.
+// advances, and each time one of its fetches ends, it starts fetching the
+// next planned objects that are missing, keeping up to planInflight in
+// flight, until the plans' lookahead is cached (or nothing more fits). It
+// owns the fetch goroutines and waits for them before it returns, at Close.
 func (c *Cache) planLoop() {
 	defer func() { c.hooks.Load().onExit("planner") }() // the hooks in place at exit
+	ctx, cancel := c.detach(context.Background())
+	done := make(chan planResult)
+	var wg sync.WaitGroup
+	inflight := 0
+	defer func() {
+		cancel()
+		for ; inflight > 0; inflight-- {
+			<-done
+		}
+		wg.Wait()
+	}()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-c.plans.wake:
+		case r := <-done:
+			inflight--
+			c.planDone(r, inflight == 0)
+			c.hooks.Load().onPlanned(1, r.err)
 		}
-		for c.planRound() {
+		if inflight < planInflight && ctx.Err() == nil {
+			c.mu.Lock()
+			todo := c.planNextLocked(planInflight - inflight)
+			if inflight == 0 && len(todo) > 0 {
+				c.plans.meterAt, c.plans.meterN = time.Now(), 0 // a busy span starts
+			}
+			c.mu.Unlock()
+			for _, o := range todo {
+				inflight++
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					done <- c.planFetch(ctx, o)
+				}()
+			}
 		}
-		c.hooks.Load().onPlanned(0, nil) // idle until the next wake
+		if inflight == 0 {
+			c.hooks.Load().onPlanned(0, nil) // idle until the next wake
+		}
 	}
 }
 
-// planRound prefetches the next batch of planned objects that are missing
-// and reports whether there was one.
-func (c *Cache) planRound() bool {
+// planResult is how one of the planner's fetches went.
+type planResult struct {
+	obj     fetch.Object
+	fetched int64 // bytes downloaded
+	err     error
+}
+
+// planFetch fetches o at plan priority.
+func (c *Cache) planFetch(ctx context.Context, o fetch.Object) planResult {
+	r := planResult{obj: o}
+	r.err = c.fetchObjects(ctx, []fetch.Object{o}, fetch.Plan, func(pr Progress) { r.fetched = pr.BytesFetched })
+	return r
+}
+
+// planDone records the end of one of the planner's fetches; idle says no
+// other is in flight. The fetch meter sees the bytes of all fetches over
+// the time they ran together, in spans of at least planMeterSpan: their
+// aggregate rate, which is what the lookahead needs.
+func (c *Cache) planDone(r planResult, idle bool) {
 	c.mu.Lock()
-	todo := c.planNextLocked()
-	c.mu.Unlock()
-	if len(todo) == 0 {
-		return false
-	}
-	ctx, cancel := c.detach(context.Background())
-	defer cancel()
-	start := time.Now()
-	var fetched int64
-	err := c.fetchObjects(ctx, todo, fetch.Plan, func(pr Progress) { fetched = pr.BytesFetched })
-	took := time.Since(start)
-	c.mu.Lock()
+	defer c.mu.Unlock()
 	p := c.plans
-	for _, o := range todo {
-		k := indexKey(o.Bucket, o.Name)
-		delete(p.busy, k)
-		if e := c.entries[k]; e != nil {
-			p.noteSizeLocked(k, e.rec.size)
-		} else if _, ok := p.objects[k]; ok {
-			p.failed[k] = true // not retried until announced again
+	k := indexKey(r.obj.Bucket, r.obj.Name)
+	delete(p.busy, k)
+	if e := c.entries[k]; e != nil {
+		p.noteSizeLocked(k, e.rec.size)
+	} else if _, ok := p.objects[k]; ok {
+		p.failed[k] = true // not retried until announced again
+	}
+	if r.fetched > 0 {
+		p.stats.Prefetched++
+		p.stats.PrefetchedBytes += r.fetched
+		p.meterN += r.fetched
+	}
+	if span := time.Since(p.meterAt); span >= planMeterSpan || idle {
+		if p.meterN > 0 {
+			p.fetch.Observe(span, float64(p.meterN))
 		}
+		p.meterAt, p.meterN = time.Now(), 0
 	}
-	if fetched > 0 {
-		p.fetch.Observe(took, float64(fetched))
-		p.stats.Prefetched += int64(len(todo))
-		p.stats.PrefetchedBytes += fetched
-	}
-	c.mu.Unlock()
-	c.hooks.Load().onPlanned(len(todo), err)
-	return !errors.Is(err, ErrClosed)
 }
 
 // planNextLocked returns the objects to prefetch next: walking the plans'
 // upcoming objects in order of next use, until the lookahead's bytes are
 // covered, the missing ones that fit without evicting anything needed
-// sooner (up to planFetchBatch). Cached ones near the readers are queued
-// for promotion.
-func (c *Cache) planNextLocked() []fetch.Object {
+// sooner (at most max). Cached ones near the readers are queued for
+// promotion.
+func (c *Cache) planNextLocked(max int) []fetch.Object {
 	p := c.plans
 	if p.idx.Plans() == 0 {
 		return nil
@@ -117,7 +156,7 @@ func (c *Cache) planNextLocked() []fetch.Object {
 		todo  []fetch.Object
 	)
 	for k, d := range p.idx.Upcoming() {
-		if held >= ahead || len(todo) == planFetchBatch {
+		if held >= ahead || len(todo) == max {
 			break
 		}
 		size := int64(1)
@@ -162,14 +201,26 @@ func (c *Cache) planNextLocked() []fetch.Object {
 
 // lookaheadLocked returns how far ahead of the readers to hold objects of
 // item bytes (0: unknown), at most limit bytes: bytes from the measured
-// rates, or 2 objects while no size is known.
+// rates, but never less than planInflight+1 objects, or 2 objects while no
+// size is known.
+//
+// The floor keeps every fetch slot busy while readers wait on the link: a
+// consumption rate measured while readers wait is the fetch rate itself,
+// so the rates alone would keep the lookahead at a few objects and leave
+// the link idle between rounds of them.
 func (p *plans) lookaheadLocked(item, limit int64) int64 {
 	if item <= 0 {
 		return 2
 	}
 	fr, _ := p.fetch.Rate()
 	cr, _ := p.consume.Rate()
-	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, p.remainingLocked(item), limit)
+	remaining := p.remainingLocked(item)
+	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, remaining, limit)
+	floor := min(int64(planInflight+1)*item, remaining)
+	if limit > 0 {
+		floor = min(floor, limit)
+	}
+	ahead = max(ahead, floor)
 	p.stats.Lookahead = ahead
 	return ahead
 }
