@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
 )
 
 // DefaultSocket is the control socket's path unless configured otherwise.
@@ -44,6 +45,20 @@ type Status struct {
 	Sessions int `json:"sessions"`
 	Leases   int `json:"leases"`
 	Plans    int `json:"plans"`
+	// Loaders sums the stats of the loaders that report them (through
+	// their plans); nil standalone.
+	Loaders *LoadersStatus `json:"loaders,omitempty"`
+}
+
+// LoadersStatus sums the stats that loaders report through their plans
+// (POST /v1/plans/{id}/stats).
+type LoadersStatus struct {
+	// Reporting counts the announced plans whose loaders report stats.
+	Reporting int `json:"reporting"`
+	// Totals sums what every loader delivered and waited since the daemon
+	// started, dropped plans included; a loader that restarts under the
+	// same plan id counts from zero again.
+	Totals LoaderStats `json:"totals"`
 }
 
 // TierStatus describes one tier's usage and counters.
@@ -233,6 +248,34 @@ type PlanRequest struct {
 // /v1/plans/{id}/advance. The reader is about to open Objects[Position].
 type AdvanceRequest struct {
 	Position int `json:"position"`
+}
+
+// LoaderStats is loader.Stats on the wire: the body of POST
+// /v1/plans/{id}/stats, where the loader reading plan id reports its
+// totals since it started. The daemon adds what grew since the plan's last
+// report to its metrics.
+type LoaderStats struct {
+	// Batches and Samples count what the loader delivered; Bytes the size
+	// of their arrays.
+	Batches int64 `json:"batches"`
+	Samples int64 `json:"samples"`
+	Bytes   int64 `json:"bytes"`
+	// WaitSeconds is the time the loader's consumer waited for batches
+	// (stalled); the other four split it by what the batch waited for:
+	// a fetch, a promotion to shm, the gather, or anything else.
+	WaitSeconds    float64 `json:"wait_seconds"`
+	FetchSeconds   float64 `json:"fetch_seconds"`
+	PromoteSeconds float64 `json:"promote_seconds"`
+	GatherSeconds  float64 `json:"gather_seconds"`
+	OtherSeconds   float64 `json:"other_seconds"`
+}
+
+// LoaderStatsOf returns s on the wire.
+func LoaderStatsOf(s loader.Stats) LoaderStats {
+	return LoaderStats{Batches: s.Batches, Samples: s.Samples, Bytes: s.Bytes,
+		WaitSeconds: s.Wait.Seconds(), FetchSeconds: s.WaitFetch.Seconds(),
+		PromoteSeconds: s.WaitPromote.Seconds(), GatherSeconds: s.WaitGather.Seconds(),
+		OtherSeconds: s.WaitOther.Seconds()}
 }
 
 // Plan describes an announced plan: the answer to POST /v1/plans, and GET

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
 )
 
 // baseURL prefixes every request; the host is ignored (the transport dials
@@ -184,6 +185,16 @@ func (c *Client) Plan(ctx context.Context, id string, objs []fetch.Object) error
 func (c *Client) AdvancePlan(ctx context.Context, id string, pos int) error {
 	return c.do(ctx, http.MethodPost, "/v1/plans/"+url.PathEscape(id)+"/advance", nil, AdvanceRequest{Position: pos}, nil)
 }
+
+// ReportStats reports the Stats of plan id's loader (totals since its
+// New), which the daemon exports as metrics (ErrNotFound if the plan is
+// not announced). It makes *Client a loader.StatsReporter.
+func (c *Client) ReportStats(ctx context.Context, id string, s loader.Stats) error {
+	return c.do(ctx, http.MethodPost, "/v1/plans/"+url.PathEscape(id)+"/stats", nil, LoaderStatsOf(s), nil)
+}
+
+// *Client reports its loaders' stats to the daemon.
+var _ loader.StatsReporter = (*Client)(nil)
 
 // DropPlan forgets plan id (ErrNotFound if it is not announced).
 func (c *Client) DropPlan(ctx context.Context, id string) error {

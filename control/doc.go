@@ -16,8 +16,9 @@
 // *Client implements mmapstore.Opener, so a Store over it maps the daemon's
 // copies: every job and rank on a machine shares one cache, one download
 // per object and one budget. It also implements the loader's Planner (Plan,
-// AdvancePlan, DropPlan) and Stager (Fetch, Promote), so a loader in any
-// process drives the daemon's clairvoyant cache.
+// AdvancePlan, DropPlan), StatsReporter (ReportStats) and Stager (Fetch,
+// Promote), so a loader in any process drives the daemon's clairvoyant
+// cache, and its stall times show in the daemon's metrics.
 //
 //	s := mmapstore.New(c, mmapstore.Config{})
 //
@@ -36,6 +37,7 @@
 //	GET    /v1/object?bucket=&name=[&generation=][&revalidate=]   the bytes (Range supported)
 //	POST   /v1/plans                          PlanRequest → Plan (announce, replacing by id)
 //	POST   /v1/plans/{id}/advance             AdvanceRequest → 204
+//	POST   /v1/plans/{id}/stats               LoaderStats (the plan's loader's totals) → 204
 //	GET    /v1/plans                          []Plan
 //	GET    /v1/plans/{id}                     Plan
 //	DELETE /v1/plans/{id}                     → 204

@@ -9,7 +9,8 @@
 //   - prefetch jobs: warm sources from the config, and prefetches asked for
 //     through the API, at warm (or plan) priority, below demand reads;
 //   - access plans for the cache's clairvoyant planner, and staging
-//     (fetch, promote) for loaders in other processes;
+//     (fetch, promote) for loaders in other processes, whose stats
+//     (stall time by cause, samples, batches) it sums into metrics;
 //   - optionally, the read-only FUSE mount of the sources (mount.path).
 //
 // # Usage

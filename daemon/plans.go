@@ -21,14 +21,25 @@ const (
 	maxPlanID      = 256
 )
 
-// planStore describes the plans announced through the API; the cache
-// (tier.Cache.Plan) holds the plans themselves and acts on them.
+// planStore describes the plans announced through the API, and keeps the
+// stats their loaders report (loaders.go); the cache (tier.Cache.Plan)
+// holds the plans themselves and acts on them.
 type planStore struct {
-	mu    sync.Mutex // protects plans
-	plans map[string]*control.Plan
+	mu      sync.Mutex            // protects the fields below
+	plans   map[string]*planEntry // by plan id
+	loaders control.LoaderStats   // the sum of every report's growth
 }
 
-func newPlanStore() *planStore { return &planStore{plans: make(map[string]*control.Plan)} }
+// planEntry is one announced plan.
+type planEntry struct {
+	plan control.Plan
+	// last is its loader's last report, nil before the first. It outlives
+	// a replacement of the plan (a loader announces its plan again every
+	// epoch) and goes with the plan.
+	last *control.LoaderStats
+}
+
+func newPlanStore() *planStore { return &planStore{plans: make(map[string]*planEntry)} }
 
 // admit checks that a plan with id may be stored (one more, unless it
 // replaces one).
@@ -41,19 +52,25 @@ func (s *planStore) admit(id string) error {
 	return nil
 }
 
+// put stores p, replacing the plan with its id but keeping that plan's
+// last loader report.
 func (s *planStore) put(p control.Plan) {
 	s.mu.Lock()
-	s.plans[p.ID] = &p
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if e, ok := s.plans[p.ID]; ok {
+		e.plan = p
+		return
+	}
+	s.plans[p.ID] = &planEntry{plan: p}
 }
 
 // advance records plan id's position; false if there is no such plan.
 func (s *planStore) advance(id string, pos int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.plans[id]
+	e, ok := s.plans[id]
 	if ok {
-		p.Position = min(max(pos, 0), p.Objects)
+		e.plan.Position = min(max(pos, 0), e.plan.Objects)
 	}
 	return ok
 }
@@ -61,13 +78,15 @@ func (s *planStore) advance(id string, pos int) bool {
 func (s *planStore) get(id string) (control.Plan, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p, ok := s.plans[id]
+	e, ok := s.plans[id]
 	if !ok {
 		return control.Plan{}, false
 	}
-	return *p, true
+	return e.plan, true
 }
 
+// remove forgets plan id and its loader's last report; false if there was
+// no such plan.
 func (s *planStore) remove(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,8 +98,8 @@ func (s *planStore) remove(id string) bool {
 func (s *planStore) list() []control.Plan {
 	s.mu.Lock()
 	out := make([]control.Plan, 0, len(s.plans))
-	for _, p := range s.plans {
-		out = append(out, *p)
+	for _, e := range s.plans {
+		out = append(out, e.plan)
 	}
 	s.mu.Unlock()
 	slices.SortFunc(out, func(a, b control.Plan) int { return a.Created.Compare(b.Created) })

@@ -40,6 +40,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/object", d.handleRead)
 	mux.HandleFunc("POST /v1/plans", d.handlePlan)
 	mux.HandleFunc("POST /v1/plans/{id}/advance", d.handleAdvance)
+	mux.HandleFunc("POST /v1/plans/{id}/stats", d.handleStats)
 	mux.HandleFunc("GET /v1/plans", d.handlePlans)
 	mux.HandleFunc("GET /v1/plans/{id}", d.handleGetPlan)
 	mux.HandleFunc("DELETE /v1/plans/{id}", d.handleDropPlan)

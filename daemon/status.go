@@ -155,6 +155,7 @@ func (d *Daemon) status() control.Status {
 			CRCFailures: fs.CRCFailures, Stalls: fs.Stalls},
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
+		Loaders: d.loaderStatus(),
 	}
 }
 
@@ -195,6 +196,7 @@ func (d *Daemon) metricSources() metrics.Sources {
 				PrefetchedBytes: p.PrefetchedBytes, FetchRate: p.FetchRate, ConsumeRate: p.ConsumeRate,
 				Lookahead: p.Lookahead}
 		},
+		Loaders: d.loaderMetrics,
 		Jobs: func() map[string]int {
 			out := make(map[string]int)
 			for s, n := range d.jobs.counts() {

@@ -218,3 +218,42 @@ func (c *planCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(planConsumeRate, s.ConsumeRate)
 	gauge(planLookahead, float64(s.Lookahead))
 }
+
+// Loader series: totals over every loader that reports to the daemon, with
+// no per-loader labels.
+var (
+	loaderStall   = desc("cacheagent_loader_stall_seconds_total", "Time loaders' consumers waited for a batch, by what it waited for (fetch, promote, gather, other).", "cause")
+	loaderSamples = desc("cacheagent_loader_samples_total", "Samples loaders delivered.")
+	loaderBatches = desc("cacheagent_loader_batches_total", "Batches loaders delivered.")
+	loaderBytes   = desc("cacheagent_loader_bytes_total", "Bytes of the batches loaders delivered.")
+	loaderPlans   = desc("cacheagent_loader_plans", "Announced plans whose loaders report their stats.")
+)
+
+// loaderCollector reads the loaders' reported totals at scrape time.
+type loaderCollector struct {
+	src func() LoaderStats
+}
+
+func (c *loaderCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{loaderStall, loaderSamples, loaderBatches, loaderBytes, loaderPlans} {
+		ch <- d
+	}
+}
+
+func (c *loaderCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.src == nil {
+		return
+	}
+	s := c.src()
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	counter(loaderStall, s.FetchSeconds, "fetch")
+	counter(loaderStall, s.PromoteSeconds, "promote")
+	counter(loaderStall, s.GatherSeconds, "gather")
+	counter(loaderStall, s.OtherSeconds, "other")
+	counter(loaderSamples, float64(s.Samples))
+	counter(loaderBatches, float64(s.Batches))
+	counter(loaderBytes, float64(s.Bytes))
+	ch <- prometheus.MustNewConstMetric(loaderPlans, prometheus.GaugeValue, float64(s.Plans))
+}

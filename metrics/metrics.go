@@ -57,6 +57,22 @@ type Sources struct {
 	Jobs func() map[string]int
 	// Plans returns the announced plans' figures.
 	Plans func() PlanStats
+	// Loaders returns the totals that loaders reported through their
+	// plans.
+	Loaders func() LoaderStats
+}
+
+// LoaderStats sums what the loaders reporting to the daemon delivered and
+// how long they stalled, since the daemon started.
+type LoaderStats struct {
+	// Plans counts the announced plans whose loaders report.
+	Plans int
+	// Batches, Samples and Bytes count what the loaders delivered.
+	Batches, Samples, Bytes int64
+	// FetchSeconds, PromoteSeconds, GatherSeconds and OtherSeconds are the
+	// time the loaders' consumers waited for a batch, by what it waited
+	// for (see loader.Stats).
+	FetchSeconds, PromoteSeconds, GatherSeconds, OtherSeconds float64
 }
 
 // PlanStats describes the announced access plans and the cache's planner
@@ -78,7 +94,6 @@ type Metrics struct {
 	fetches  *prometheus.HistogramVec
 	inflight *inflight
 	requests *prometheus.CounterVec
-	stall    *prometheus.GaugeVec
 	reloads  *prometheus.CounterVec
 }
 
@@ -98,10 +113,6 @@ func New(version string, src Sources) *Metrics {
 			Name: "cacheagent_control_requests_total",
 			Help: "Control API requests by route and HTTP status.",
 		}, []string{"route", "code"}),
-		stall: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "cacheagent_loader_stall_seconds",
-			Help: "Seconds a data loader waited for data, by job and rank (fed by loaders; placeholder).",
-		}, []string{"job", "rank"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "cacheagent_config_reloads_total",
 			Help: "Config reloads by result (ok or error).",
@@ -115,11 +126,12 @@ func New(version string, src Sources) *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		build, m.fetches, m.requests, m.stall, m.reloads,
+		build, m.fetches, m.requests, m.reloads,
 		&tierCollector{src: src.Tiers},
 		&fetchCollector{src: src},
 		&queueCollector{src: src, inflight: m.inflight},
 		&planCollector{src: src.Plans},
+		&loaderCollector{src: src.Loaders},
 	)
 	return m
 }
@@ -139,11 +151,6 @@ func (m *Metrics) ObserveReload(err error) {
 		return
 	}
 	m.reloads.WithLabelValues("ok").Inc()
-}
-
-// LoaderStall returns the gauge of one loader's stall seconds.
-func (m *Metrics) LoaderStall(job, rank string) prometheus.Gauge {
-	return m.stall.WithLabelValues(job, rank)
 }
 
 // Handler serves /metrics, /healthz (200 while the process serves) and

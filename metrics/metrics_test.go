@@ -36,13 +36,15 @@ func TestMetrics(t *testing.T) {
 		Pending:     func() map[fetch.Priority]int { return map[fetch.Priority]int{fetch.Warm: 7} },
 		Leases:      func() (int, int) { return 1, 4 },
 		Jobs:        func() map[string]int { return map[string]int{"running": 1} },
+		Loaders: func() LoaderStats {
+			return LoaderStats{Plans: 2, Batches: 3, Samples: 96, Bytes: 4096, FetchSeconds: 1.5, OtherSeconds: 0.25}
+		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})
 	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))
 	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "bad"}}, nil, nil)
 	m.ObserveRequest("GET /v1/status", 200)
 	m.ObserveReload(nil)
-	m.LoaderStall("job", "0").Set(1.5)
 
 	srv := httptest.NewServer(m.Handler(func() bool { return false }))
 	defer srv.Close()
@@ -60,7 +62,14 @@ func TestMetrics(t *testing.T) {
 		`cacheagent_prefetch_pending_objects{priority="warm"} 7`,
 		`cacheagent_leases 4`,
 		`cacheagent_jobs{state="running"} 1`,
-		`cacheagent_loader_stall_seconds{job="job",rank="0"} 1.5`,
+		`cacheagent_loader_stall_seconds_total{cause="fetch"} 1.5`,
+		`cacheagent_loader_stall_seconds_total{cause="promote"} 0`,
+		`cacheagent_loader_stall_seconds_total{cause="gather"} 0`,
+		`cacheagent_loader_stall_seconds_total{cause="other"} 0.25`,
+		`cacheagent_loader_samples_total 96`,
+		`cacheagent_loader_batches_total 3`,
+		`cacheagent_loader_bytes_total 4096`,
+		`cacheagent_loader_plans 2`,
 		`cacheagent_config_reloads_total{result="ok"} 1`,
 		`cacheagent_build_info{goversion=`,
 	} {
