@@ -69,6 +69,22 @@ func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
 		applied.Tiers.Disk.Max = cfg.Tiers.Disk.Max
 		changed = append(changed, "tiers.disk.max")
 	}
+	if cfg.Tiers.Shm.Max != old.Tiers.Shm.Max {
+		err := d.cache.SetShmMaxBytes(ctx, int64(cfg.Tiers.Shm.Max))
+		switch {
+		case errors.Is(err, tier.ErrNoSpace):
+			d.log.Warn("new shm budget applies, but pinned or in-use shm copies exceed it", "err", err)
+		case errors.Is(err, tier.ErrNoShm):
+			d.log.Warn("tiers.shm.max changed but there is no shm tier; keeping the running value")
+			cfg.Tiers.Shm.Max = old.Tiers.Shm.Max
+		case err != nil:
+			return changed, fmt.Errorf("daemon: reload: %w", err)
+		}
+		if cfg.Tiers.Shm.Max != old.Tiers.Shm.Max {
+			applied.Tiers.Shm.Max = cfg.Tiers.Shm.Max
+			changed = append(changed, "tiers.shm.max")
+		}
+	}
 	if !reflect.DeepEqual(cfg.Sources, old.Sources) {
 		d.applySources(old.Sources, cfg.Sources)
 		changed = append(changed, "sources")
@@ -89,7 +105,9 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 		reset     func()
 	}{
 		{"tiers.disk.dir", cur.Tiers.Disk.Dir, next.Tiers.Disk.Dir, func() { next.Tiers.Disk.Dir = cur.Tiers.Disk.Dir }},
-		{"tiers.shm", cur.Tiers.Shm, next.Tiers.Shm, func() { next.Tiers.Shm = cur.Tiers.Shm }},
+		{"tiers.shm.dir", cur.Tiers.Shm.Dir, next.Tiers.Shm.Dir, func() { next.Tiers.Shm = cur.Tiers.Shm }},
+		{"tiers.shm.promote_hits", cur.Tiers.Shm.PromoteHits, next.Tiers.Shm.PromoteHits,
+			func() { next.Tiers.Shm.PromoteHits = cur.Tiers.Shm.PromoteHits }},
 		{"fetch.endpoint", cur.Fetch.Endpoint, next.Fetch.Endpoint, func() { next.Fetch.Endpoint = cur.Fetch.Endpoint }},
 		{"fetch.slice", cur.Fetch.Slice, next.Fetch.Slice, func() { next.Fetch.Slice = cur.Fetch.Slice }},
 		{"fetch.revalidate", cur.Fetch.Revalidate, next.Fetch.Revalidate, func() { next.Fetch.Revalidate = cur.Fetch.Revalidate }},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +44,19 @@ func TestShmTier(t *testing.T) {
 	}
 	if got, err := os.ReadFile(l.Path()); err != nil || !bytes.Equal(got, objs[1].Content) {
 		t.Errorf("shm copy: %d bytes, %v; want the object", len(got), err)
+	}
+	// The shm budget reloads live; the hot-pinned copies stay even above it.
+	next := cfg
+	next.Tiers.Shm.Max = 120_000
+	changed, err := d.Reload(ctx, next)
+	if err != nil || !slices.Equal(changed, []string{"tiers.shm.max"}) {
+		t.Fatalf("Reload(shm max) = %v, %v; want [tiers.shm.max]", changed, err)
+	}
+	if st, err = c.Status(ctx); err != nil || st.Tiers[0].MaxBytes != 120_000 || st.Tiers[0].Entries != 2 {
+		t.Errorf("shm after the reload: %+v, %v; want max 120000 and both pinned copies", st.Tiers, err)
+	}
+	if got := d.Config().Tiers.Shm.Max; got != 120_000 {
+		t.Errorf("running config's shm max = %d; want 120000", got)
 	}
 }
 

@@ -308,3 +308,46 @@ func TestSetMaxBytes(t *testing.T) {
 	}
 	checkInvariants(t, c)
 }
+
+func TestSetShmMaxBytes(t *testing.T) {
+	e := newDirEnv(t)
+	cfg := e.shmConfig(t.TempDir(), shmDir(t), 0, 4*objSize)
+	cfg.PromoteHits = -1
+	c := openCache(t, cfg)
+	ctx := context.Background()
+	o := e.putObjects(t, "a", "b", "c")
+	touch(t, c, o...)
+	if n, err := c.PromoteObjects(ctx, o); n != 3 || err != nil {
+		t.Fatalf("PromoteObjects = %d, %v", n, err)
+	}
+	touch(t, c, o[1], o[2]) // a is the least recently used
+	h, err := c.Open(ctx, o[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetShmMaxBytes(ctx, 2*objSize); err != nil {
+		t.Fatalf("SetShmMaxBytes: %v", err)
+	}
+	if got := []string{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Disk || got[1] != Shm || got[2] != Shm {
+		t.Errorf("tiers of a, b, c = %v; want a demoted to disk", got)
+	}
+	err = c.SetShmMaxBytes(ctx, objSize/2)
+	if !errors.Is(err, ErrNoSpace) {
+		t.Errorf("SetShmMaxBytes below the in-use copy = %v; want ErrNoSpace", err)
+	}
+	if st := c.Stats(); st.ShmMaxBytes != objSize/2 || tierOf(c, "bkt", "c") != Shm || tierOf(c, "bkt", "b") != Disk {
+		t.Errorf("after shrinking below c's in-use copy: %+v, b in %s, c in %s; want b demoted, c kept",
+			st, tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c"))
+	}
+	h.Close()
+	if err := c.SetShmMaxBytes(ctx, -1); err == nil {
+		t.Errorf("SetShmMaxBytes(-1) = nil; want an error")
+	}
+	if err := c.SetShmMaxBytes(ctx, 0); err != nil {
+		t.Errorf("SetShmMaxBytes(0) (the default share) = %v", err)
+	}
+	if _, ok := c.Lookup("bkt", "a"); !ok {
+		t.Errorf("a demoted out of the cache; want it kept on disk")
+	}
+	checkInvariants(t, c)
+}

@@ -125,6 +125,56 @@ func (c *Cache) SetMaxBytes(ctx context.Context, n int64) error {
 	return nil
 }
 
+// SetShmMaxBytes sets the shm tier's byte budget (0: its default share of
+// the shm filesystem) and demotes least recently used shm copies, never
+// pinned or in-use ones, until the tier fits. Demoted objects stay cached on
+// disk. If pinned or in-use copies alone exceed the budget, it applies
+// anyway and the error matches ErrNoSpace. Without a shm tier it returns
+// ErrNoShm; a shm-only cache's budget is SetMaxBytes's.
+func (c *Cache) SetShmMaxBytes(ctx context.Context, n int64) error {
+	if c.hot == nil && c.base.name == Shm {
+		return c.SetMaxBytes(ctx, n)
+	}
+	if n < 0 {
+		return fmt.Errorf("tier: set shm max bytes: %d is negative", n)
+	}
+	end, err := c.begin()
+	if err != nil {
+		return err
+	}
+	defer end()
+	if c.hot == nil {
+		return ErrNoShm
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("tier: set shm max bytes: %w", err)
+	}
+	if n == 0 {
+		fsi, err := statFS(c.hot.lay.data)
+		if err != nil {
+			return err
+		}
+		n = budgetOf(fsi, c.hot.share)
+	}
+	c.mu.Lock()
+	h := c.hot
+	h.maxBytes = n
+	var dead []*entry
+	short := h.used + h.reserved - n
+	victims, freed := h.lruVictimsLocked(short, nil)
+	for _, v := range victims {
+		dead = c.unhotLocked(v.owner, dead)
+	}
+	h.signalLocked()
+	c.mu.Unlock()
+	c.removeFiles(dead)
+	if over := short - freed; over > 0 {
+		return fmt.Errorf("%w: shm budget set to %s but %s more is pinned, in use or reserved",
+			ErrNoSpace, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(over)))
+	}
+	return nil
+}
+
 // trim evicts least recently used unpinned, unused entries until usage and
 // reservations fit the base budget, as far as they can, and returns how
 // many bytes are still over it.
