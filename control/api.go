@@ -297,6 +297,9 @@ type ObjectsRequest struct {
 type PromoteResult struct {
 	// Promoted counts the objects copied into the shm tier.
 	Promoted int `json:"promoted"`
+	// Queued counts the objects whose disk copy was already in memory:
+	// the daemon promotes them in the background.
+	Queued int `json:"queued"`
 }
 
 // Attrs is fetch.Attrs on the wire.

@@ -216,8 +216,10 @@ func (c *Client) Fetch(ctx context.Context, objs []fetch.Object) error {
 }
 
 // Promote returns once every cached object in objs is in the shm tier, or
-// could not be placed there (it is then served from disk; the error says
-// why). Without a shm tier it does nothing.
+// as fast to read from disk (its disk copy is wholly in memory; the daemon
+// promotes it in the background), or could not be placed there (it is then
+// served from disk; the error says why). Without a shm tier it does
+// nothing.
 func (c *Client) Promote(ctx context.Context, objs []fetch.Object) error {
 	return c.do(ctx, http.MethodPost, "/v1/promote", nil, ObjectsRequest{Objects: refsOf(objs)}, nil)
 }

@@ -222,8 +222,10 @@ func (d *Daemon) handleFetch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// handlePromote serves POST /v1/promote: copy cached objects into the shm
-// tier before answering (nothing without a shm tier).
+// handlePromote serves POST /v1/promote: stage cached objects for reading
+// (tier.Cache.StageObjects: copied into the shm tier before the answer,
+// or queued for the promoter when the disk copy is already in memory;
+// nothing without a shm tier).
 func (d *Daemon) handlePromote(w http.ResponseWriter, r *http.Request) {
 	var req control.ObjectsRequest
 	if err := decodeBody(w, r, &req, maxPlanBody); err != nil {
@@ -231,14 +233,14 @@ func (d *Daemon) handlePromote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	objs, err := objectsOf(req.Objects)
-	var n int
+	var n, q int
 	if err == nil {
-		n, err = d.cache.PromoteObjects(r.Context(), objs)
+		n, q, err = d.cache.StageObjects(r.Context(), objs)
 	}
 	d.stats.invalidate()
 	if err != nil && !errors.Is(err, tier.ErrNoShm) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, control.PromoteResult{Promoted: n})
+	writeJSON(w, http.StatusOK, control.PromoteResult{Promoted: n, Queued: q})
 }

@@ -92,13 +92,15 @@ type Stager interface {
 	// downloading what is missing.
 	Fetch(ctx context.Context, objs []fetch.Object) error
 	// Promote returns once every object is in the cache's fastest tier,
-	// or could not be placed there (then it is served from where it is;
-	// errors are advisory).
+	// or is as fast to read where it is (a disk copy wholly in memory,
+	// whose promotion the cache makes in the background), or could not
+	// be placed there (then it is served from where it is; errors are
+	// advisory).
 	Promote(ctx context.Context, objs []fetch.Object) error
 }
 
 // CacheStager returns a Stager over an in-process tier.Cache: Fetch is
-// FetchObjects at demand priority, Promote is PromoteObjects (and nothing,
+// FetchObjects at demand priority, Promote is StageObjects (and nothing,
 // without a shm tier).
 func CacheStager(c *tier.Cache) Stager { return cacheStager{c} }
 
@@ -112,7 +114,7 @@ func (cs cacheStager) Fetch(ctx context.Context, objs []fetch.Object) error {
 
 // Promote implements Stager.
 func (cs cacheStager) Promote(ctx context.Context, objs []fetch.Object) error {
-	_, err := cs.c.PromoteObjects(ctx, objs)
+	_, _, err := cs.c.StageObjects(ctx, objs)
 	if errors.Is(err, tier.ErrNoShm) {
 		return nil
 	}

@@ -35,6 +35,7 @@ type Cache struct {
 	flights  singleflight.Group // fills, keyed by file id
 	promos   singleflight.Group // promotions, keyed by file id
 	promoteQ chan *entry        // promotions queued by Opens; nil without a hot tier
+	dls      *downloads         // downloads in flight, which promotions give way to
 	stop     chan struct{}      // closed by Close to stop the background goroutines
 	bg       sync.WaitGroup     // the flusher, the promoter, the planner and the watcher
 	// onJoin, if set (by tests, before use), is called with the number of
@@ -127,7 +128,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cfg: s, base: base, hot: hot, idx: idx, stop: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
-		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(),
+		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(), dls: newDownloads(),
 	}
 	base.plans = c.plans
 	if hot != nil {

@@ -193,9 +193,13 @@ func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fet
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	if a.Size > 0 {
-		if err := c.cfg.dl.Fetch(ctx, a, f, u); err != nil {
+		end := c.downloadStarted()
+		err := c.cfg.dl.Fetch(ctx, a, f, u)
+		if err != nil {
+			end(0)
 			return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 		}
+		end(a.Size)
 	}
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("tier: fill %s: fsync: %w", a.Object, err)

@@ -23,6 +23,9 @@ type testHooks struct {
 	// planned runs after each prefetch round of the planner, and with 0
 	// objects when the planner goes idle.
 	planned func(objects int, err error)
+	// resident, if set, answers for StageObjects whether the disk copy of
+	// key is in memory, in place of asking the kernel.
+	resident func(key string) bool
 }
 
 func (h *testHooks) onCopy(ctx context.Context, key string) error {
@@ -60,4 +63,12 @@ func (h *testHooks) onPlanned(objects int, err error) {
 	if h != nil && h.planned != nil {
 		h.planned(objects, err)
 	}
+}
+
+// isResident reports whether e's base file, at path, is wholly in memory.
+func (h *testHooks) isResident(key, path string, size int64) bool {
+	if h != nil && h.resident != nil {
+		return h.resident(key)
+	}
+	return resident(path, size)
 }

@@ -111,8 +111,9 @@ func (c *Cache) queuePromoteLocked(e *entry) {
 }
 
 // promoteLoop is the promoter goroutine: it restores the hot pins (whose
-// shm copies a reboot clears), then promotes what Opens queue, one object
-// at a time, until Close.
+// shm copies a reboot clears), then promotes what Opens, the planner and
+// StageObjects queue, one object at a time, each once the downloads in
+// flight end (or after promoteYield), until Close.
 func (c *Cache) promoteLoop() {
 	defer func() { c.hooks.Load().onExit("promoter") }()
 	c.mu.Lock()
@@ -135,6 +136,7 @@ func (c *Cache) promoteLoop() {
 	for {
 		select {
 		case e := <-c.promoteQ:
+			c.dls.yield(promoteYield, c.stop)
 			c.promoteQueued(e)
 		case <-c.stop:
 			return

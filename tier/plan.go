@@ -25,6 +25,16 @@ const (
 	// planMeterSpan is the least span over which the planner measures its
 	// aggregate fetch rate.
 	planMeterSpan = 100 * time.Millisecond
+	// planLookaheadTime is the least fetching time, at the measured
+	// aggregate fetch rate, that the lookahead covers: a reader that
+	// pauses (a slow step, a checkpoint, a burst of page faults) lets the
+	// lookahead fill, and a shorter one would leave the link idle while
+	// it catches up.
+	planLookaheadTime = 2 * time.Second
+	// planFetchHalfLife is the half-life of the fetch meter's average: a
+	// link's rate changes with the objects and the other traffic on it, and
+	// the lookahead should follow within a second or two.
+	planFetchHalfLife = time.Second
 	// promoteAhead is how many plan positions ahead of a reader cached
 	// objects are queued for promotion to the shm tier.
 	promoteAhead = 4
@@ -48,7 +58,7 @@ type plans struct {
 	busy    map[string]bool          // being prefetched by the planner
 	sizes   int64                    // sum of the known sizes in objects
 	known   int                      // how many sizes are known
-	fetch   plan.Meter               // bytes per second the planner fetches, all fetches together
+	fetch   plan.Meter               // bytes per second the cache downloads, all downloads together
 	meterAt time.Time                // start of the span the fetch meter has not seen yet
 	meterN  int64                    // bytes fetched in that span
 	consume plan.Meter               // bytes per second readers advance through plans
@@ -92,6 +102,7 @@ type PlanStats struct {
 // newPlans returns the state of a cache without plans.
 func newPlans() *plans {
 	return &plans{wake: make(chan struct{}, 1), idx: plan.NewIndex[string](), readers: make(map[string]*reader),
+		fetch:   plan.Meter{HalfLife: planFetchHalfLife},
 		objects: make(map[string]planned), failed: make(map[string]bool), busy: make(map[string]bool)}
 }
 
@@ -281,16 +292,7 @@ func (c *Cache) PromoteObjects(ctx context.Context, objs []fetch.Object) (int, e
 	if c.hot == nil {
 		return 0, c.noShm()
 	}
-	c.mu.Lock()
-	var es []*entry
-	for _, o := range objs {
-		e := c.entries[indexKey(o.Bucket, o.Name)]
-		if e != nil && e.hot == nil && (o.Generation == 0 || o.Generation == e.rec.gen) {
-			es = append(es, e)
-		}
-	}
-	c.mu.Unlock()
-	return c.promoteAll(ctx, es)
+	return c.promoteAll(ctx, c.planEntries(objs))
 }
 
 // FetchObjects makes sure every one of objs is cached, downloading what is

@@ -69,15 +69,12 @@ func (c *Cache) planLoop() {
 		case <-c.plans.wake:
 		case r := <-done:
 			inflight--
-			c.planDone(r, inflight == 0)
+			c.planDone(r)
 			c.hooks.Load().onPlanned(1, r.err)
 		}
 		if inflight < planInflight && ctx.Err() == nil {
 			c.mu.Lock()
 			todo := c.planNextLocked(planInflight - inflight)
-			if inflight == 0 && len(todo) > 0 {
-				c.plans.meterAt, c.plans.meterN = time.Now(), 0 // a busy span starts
-			}
 			c.mu.Unlock()
 			for _, o := range todo {
 				inflight++
@@ -108,11 +105,8 @@ func (c *Cache) planFetch(ctx context.Context, o fetch.Object) planResult {
 	return r
 }
 
-// planDone records the end of one of the planner's fetches; idle says no
-// other is in flight. The fetch meter sees the bytes of all fetches over
-// the time they ran together, in spans of at least planMeterSpan: their
-// aggregate rate, which is what the lookahead needs.
-func (c *Cache) planDone(r planResult, idle bool) {
+// planDone records the end of one of the planner's fetches.
+func (c *Cache) planDone(r planResult) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.plans
@@ -126,13 +120,35 @@ func (c *Cache) planDone(r planResult, idle bool) {
 	if r.fetched > 0 {
 		p.stats.Prefetched++
 		p.stats.PrefetchedBytes += r.fetched
-		p.meterN += r.fetched
 	}
-	if span := time.Since(p.meterAt); span >= planMeterSpan || idle {
-		if p.meterN > 0 {
-			p.fetch.Observe(span, float64(p.meterN))
+}
+
+// downloadStarted and downloadEnded keep the fetch meter: it sees the bytes
+// of every download the cache makes (the planner's, readers' and prefetch
+// jobs' alike, since they share the link) over the time downloads are in
+// flight, in spans of at least planMeterSpan: the aggregate rate, which is
+// what the lookahead needs.
+func (c *Cache) downloadStarted() (end func(bytes int64)) {
+	if c.dls.n.Add(1) == 1 {
+		c.mu.Lock()
+		c.plans.meterAt, c.plans.meterN = time.Now(), 0 // a busy span starts
+		c.mu.Unlock()
+	}
+	return func(bytes int64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		idle := c.dls.n.Add(-1) == 0
+		p := c.plans
+		p.meterN += bytes
+		if span := time.Since(p.meterAt); span >= planMeterSpan || idle {
+			if p.meterN > 0 {
+				p.fetch.Observe(span, float64(p.meterN))
+			}
+			p.meterAt, p.meterN = time.Now(), 0
 		}
-		p.meterAt, p.meterN = time.Now(), 0
+		if idle {
+			c.dls.signalIdle()
+		}
 	}
 }
 
@@ -201,8 +217,8 @@ func (c *Cache) planNextLocked(max int) []fetch.Object {
 
 // lookaheadLocked returns how far ahead of the readers to hold objects of
 // item bytes (0: unknown), at most limit bytes: bytes from the measured
-// rates, but never less than planInflight+1 objects, or 2 objects while no
-// size is known.
+// rates, but never less than planInflight+1 objects nor planLookaheadTime
+// of fetching at the measured rate, or 2 objects while no size is known.
 //
 // The floor keeps every fetch slot busy while readers wait on the link: a
 // consumption rate measured while readers wait is the fetch rate itself,
@@ -216,7 +232,8 @@ func (p *plans) lookaheadLocked(item, limit int64) int64 {
 	cr, _ := p.consume.Rate()
 	remaining := p.remainingLocked(item)
 	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, remaining, limit)
-	floor := min(int64(planInflight+1)*item, remaining)
+	floor := max(int64(planInflight+1)*item, int64(fr*planLookaheadTime.Seconds()))
+	floor = min(floor, remaining)
 	if limit > 0 {
 		floor = min(floor, limit)
 	}

@@ -1,0 +1,137 @@
+package tier
+
+import (
+	"context"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// promoteYield is the longest the promoter waits for downloads in flight
+// to end before it promotes a queued object anyway: promotions give way
+// to downloads (both copy bytes, and on a machine short of cores the
+// downloads are what a cold epoch waits for) but are not starved by a
+// download that never ends.
+const promoteYield = time.Second
+
+// downloads counts the cache's downloads in flight and says when the
+// count falls to zero.
+type downloads struct {
+	n    atomic.Int64
+	idle chan struct{} // capacity 1: the count fell to zero
+}
+
+func newDownloads() *downloads { return &downloads{idle: make(chan struct{}, 1)} }
+
+// signalIdle says the count fell to zero.
+func (d *downloads) signalIdle() {
+	select {
+	case d.idle <- struct{}{}:
+	default:
+	}
+}
+
+// yield waits until no download is in flight, at most max, or until stop
+// is closed.
+func (d *downloads) yield(max time.Duration, stop <-chan struct{}) {
+	if d.n.Load() == 0 {
+		return
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for d.n.Load() > 0 {
+		select {
+		case <-d.idle:
+		case <-t.C:
+			return
+		case <-stop:
+			return
+		}
+	}
+}
+
+// StageObjects makes each of objs that is cached (at its generation, if
+// one is given) fast to read next, the way a reader about to map them
+// wants: an object whose disk copy is wholly in memory (the page cache,
+// as after a fresh download) is already as fast to read as an shm copy,
+// so its promotion is queued for the promoter, which makes it in the
+// background once downloads in flight end; any other is promoted here,
+// synchronously, as PromoteObjects does. It returns how many it promoted
+// and how many it queued; failures are joined (ErrNoSpace for those that
+// do not fit). Without a shm tier it returns ErrNoShm.
+func (c *Cache) StageObjects(ctx context.Context, objs []fetch.Object) (promoted, queued int, err error) {
+	end, err := c.begin()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer end()
+	if c.hot == nil {
+		return 0, 0, c.noShm()
+	}
+	es := c.planEntries(objs)
+	now := es[:0]
+	for _, e := range es {
+		if c.hooks.Load().isResident(e.key, c.base.path(e.id), e.rec.size) {
+			c.mu.Lock()
+			if e.hot == nil && !e.promoting {
+				c.queuePromoteLocked(e)
+			}
+			c.mu.Unlock()
+			queued++
+			continue
+		}
+		now = append(now, e)
+	}
+	promoted, err = c.promoteAll(ctx, now)
+	return promoted, queued, err
+}
+
+// planEntries returns the live base entries of objs that have no shm copy.
+func (c *Cache) planEntries(objs []fetch.Object) []*entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var es []*entry
+	for _, o := range objs {
+		e := c.entries[indexKey(o.Bucket, o.Name)]
+		if e != nil && e.hot == nil && (o.Generation == 0 || o.Generation == e.rec.gen) {
+			es = append(es, e)
+		}
+	}
+	return es
+}
+
+// resident reports whether every page of the file at path, of size bytes,
+// is in memory (mincore). Any error says no: the caller then copies.
+func resident(path string, size int64) bool {
+	if size <= 0 || int64(int(size)) != size {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return false
+	}
+	defer unix.Munmap(m)
+	page := int64(os.Getpagesize())
+	vec := make([]byte, (size+page-1)/page)
+	_, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(m))), uintptr(len(m)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(vec)))) // x/sys/unix has no Mincore wrapper
+	if errno != 0 {
+		return false
+	}
+	for _, v := range vec {
+		if v&1 == 0 {
+			return false
+		}
+	}
+	return true
+}
