@@ -15,8 +15,11 @@ const (
 	// and ready) of a zero Config.Prefetch.
 	DefaultPrefetch = 4
 	// DefaultLookahead is how many shards ahead of the sampler a zero
-	// Config.Lookahead opens.
-	DefaultLookahead = 2
+	// Config.Lookahead opens: enough to keep a few connections busy
+	// without a Planner, and to stage, map and prefault each shard well
+	// before the sampler reaches it (a mapping costs no memory of its
+	// own; its pages are the cache's).
+	DefaultLookahead = 4
 	// bufferAlign aligns batch buffers: page-aligned memory can be
 	// registered for DMA as it is.
 	bufferAlign = 4096

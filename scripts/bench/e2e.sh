@@ -230,7 +230,7 @@ on $disk_fs, shm tier on /dev/shm, FUSE mount${passthrough:+ with $passthrough})
 	-note "Readers: direct GCS reads each shard whole with one stream, \`connections\` shards ahead; \
 download-then-read copies every object with \`connections\` streams (one per object, like \`gcloud storage cp -r\`), \
 then maps the local files; the agent is a client of the daemon's socket (leases, plans, staging), first with the \
-loader's defaults (2 shards staged ahead, the daemon's planner prefetching the rest), then staging \`connections\` \
+loader's defaults (4 shards staged ahead, the daemon's planner prefetching the rest), then staging \`connections\` \
 shards ahead, each from an evicted (cold) cache. MB from GCS counts the object bytes the shaped link carried during \
 the epoch; a loader prefetching across an epoch boundary moves some into the next."
 log "wrote the e2e section of $doc"
