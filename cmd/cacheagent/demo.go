@@ -176,7 +176,7 @@ func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) (e
 	fmt.Fprintf(w, "emulated GCS: %s to first byte, %s/s per connection\n", dc.firstByte,
 		humanize.Bytes(uint64(dc.linkRate)))
 	fmt.Fprintf(w, "direct GCS: no cache; every epoch reads each shard whole, one stream per shard, %d shards at a time\n",
-		loader.DefaultLookahead)
+		dc.connections)
 	fmt.Fprintf(w, "agent: %d connections, %s slices; a prefetch in the loader's order runs alongside it\n",
 		dc.connections, humanize.IBytes(uint64(opts.config().Fetch.Slice)))
 	fmt.Fprintf(w, "cache: disk %s, shm %s\n", dirs.cache, orNone(dirs.shm))

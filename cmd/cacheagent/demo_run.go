@@ -64,9 +64,12 @@ func (r *demoRun) loaderConfig() loader.Config {
 }
 
 // runDirect reads the dataset with no cache: every shard comes whole from
-// GCS on every open (loader.Direct).
+// GCS on every open (loader.Direct), as many shards at a time as the agent
+// has connections, so both readers get the same share of the link.
 func (r *demoRun) runDirect(ctx context.Context, src fetch.Source) error {
-	rows, err := r.epochs(ctx, loader.Direct(src), r.loaderConfig(), nil, func(int) string { return "direct GCS" })
+	cfg := r.loaderConfig()
+	cfg.Lookahead = r.cfg.connections
+	rows, err := r.epochs(ctx, loader.Direct(src), cfg, nil, func(int) string { return "direct GCS" })
 	r.direct = rows
 	return err
 }
