@@ -30,7 +30,7 @@ func TestBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	unmapped := m[:4*page:4*page]
+	unmapped := m[: 4*page : 4*page]
 	if err := unix.Munmap(m); err != nil {
 		t.Fatal(err)
 	}
