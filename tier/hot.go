@@ -112,8 +112,9 @@ func (c *Cache) queuePromoteLocked(e *entry) {
 
 // promoteLoop is the promoter goroutine: it restores the hot pins (whose
 // shm copies a reboot clears), then promotes what Opens, the planner and
-// StageObjects queue, one object at a time, each once the downloads in
-// flight end (or after promoteYield), until Close.
+// StageObjects queue, one object at a time, each once the cache is quiet
+// (no download in flight, no open for promoteQuiet) or after promoteYield,
+// until Close.
 func (c *Cache) promoteLoop() {
 	defer func() { c.hooks.Load().onExit("promoter") }()
 	c.mu.Lock()
@@ -136,7 +137,7 @@ func (c *Cache) promoteLoop() {
 	for {
 		select {
 		case e := <-c.promoteQ:
-			c.dls.yield(promoteYield, c.stop)
+			c.dls.yield(promoteYield, promoteQuiet, c.stop)
 			c.promoteQueued(e)
 		case <-c.stop:
 			return

@@ -12,18 +12,26 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 )
 
-// promoteYield is the longest the promoter waits for downloads in flight
-// to end before it promotes a queued object anyway: promotions give way
-// to downloads (both copy bytes, and on a machine short of cores the
-// downloads are what a cold epoch waits for) but are not starved by a
-// download that never ends.
-const promoteYield = time.Second
+// promoteYield is the longest the promoter waits for the cache to go
+// quiet before it promotes a queued object anyway: promotions give way to
+// downloads and to readers (all of them copy bytes, and on a machine short
+// of cores a promotion slows the epoch it runs beside) but are not starved
+// by a download or a reader that never stops.
+//
+// promoteQuiet is how long no reader may have opened an object for the
+// cache to count as quiet.
+const (
+	promoteYield = time.Second
+	promoteQuiet = 100 * time.Millisecond
+)
 
-// downloads counts the cache's downloads in flight and says when the
-// count falls to zero.
+// downloads counts the cache's downloads in flight, says when the count
+// falls to zero, and keeps the time readers last opened an object: what
+// the promoter waits on.
 type downloads struct {
-	n    atomic.Int64
-	idle chan struct{} // capacity 1: the count fell to zero
+	n        atomic.Int64
+	idle     chan struct{} // capacity 1: the count fell to zero
+	lastOpen atomic.Int64  // unix nanoseconds
 }
 
 func newDownloads() *downloads { return &downloads{idle: make(chan struct{}, 1)} }
@@ -36,22 +44,37 @@ func (d *downloads) signalIdle() {
 	}
 }
 
-// yield waits until no download is in flight, at most max, or until stop
-// is closed.
-func (d *downloads) yield(max time.Duration, stop <-chan struct{}) {
-	if d.n.Load() == 0 {
-		return
+// noteOpen records that a reader opened an object at now (unix ns).
+func (d *downloads) noteOpen(now int64) {
+	if now > d.lastOpen.Load() {
+		d.lastOpen.Store(now)
 	}
-	t := time.NewTimer(max)
-	defer t.Stop()
-	for d.n.Load() > 0 {
+}
+
+// yield waits until no download is in flight and no reader has opened an
+// object for quiet, at most max, or until stop is closed.
+func (d *downloads) yield(max, quiet time.Duration, stop <-chan struct{}) {
+	deadline := time.Now().Add(max)
+	for {
+		now := time.Now()
+		left := deadline.Sub(now)
+		busy := d.n.Load() > 0
+		wait := time.Duration(d.lastOpen.Load() + int64(quiet) - now.UnixNano())
+		if !busy && wait <= 0 || left <= 0 {
+			return
+		}
+		if busy || wait > left {
+			wait = left // the idle signal ends the wait sooner
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-d.idle:
 		case <-t.C:
-			return
 		case <-stop:
+			t.Stop()
 			return
 		}
+		t.Stop()
 	}
 }
 

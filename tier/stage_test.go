@@ -125,3 +125,49 @@ func TestPromoterYieldsToDownloads(t *testing.T) {
 		t.Errorf("a is in %s; want shm", got)
 	}
 }
+
+// TestYield checks the promoter's wait: it ends at once when the cache is
+// quiet, not before quiet has passed since the last open, when the last
+// download ends, at the bound, and on stop. Timers never fire early, so the
+// lower bounds are exact; no upper bound is asserted.
+func TestYield(t *testing.T) {
+	const quiet = 30 * time.Millisecond
+	stop := make(chan struct{})
+	d := newDownloads()
+	d.yield(time.Hour, quiet, stop) // quiet: returns at once
+
+	d.noteOpen(time.Now().UnixNano())
+	start := time.Now()
+	d.yield(time.Hour, quiet, stop)
+	if el := time.Since(start); el < quiet {
+		t.Errorf("yield after an open returned after %v; want at least %v", el, quiet)
+	}
+	d.noteOpen(0) // an older time does not move the mark back
+	if d.lastOpen.Load() == 0 {
+		t.Error("noteOpen moved the last open back")
+	}
+
+	d.n.Add(1)
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		d.yield(time.Hour, quiet, stop)
+	}()
+	select {
+	case <-ended:
+		t.Fatal("yield returned while a download was in flight")
+	case <-time.After(2 * quiet):
+	}
+	d.n.Add(-1)
+	d.signalIdle()
+	<-ended
+
+	d.n.Add(1)
+	start = time.Now()
+	d.yield(quiet, time.Hour, stop) // bounded
+	if el := time.Since(start); el < quiet {
+		t.Errorf("bounded yield returned after %v; want at least %v", el, quiet)
+	}
+	close(stop)
+	d.yield(time.Hour, time.Hour, stop) // stopped: returns
+}
