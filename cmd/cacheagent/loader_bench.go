@@ -19,6 +19,7 @@ import (
 	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/tier"
@@ -61,7 +62,8 @@ x.npy and y.npy) in an in-process GCS emulator, then:
 
   - warm runs: a cache with a shm tier that holds the dataset, warmed by one epoch,
     then --epochs epochs per shuffle mode in --modes: samples/s, stall share,
-    gather throughput per core against a one-core memcpy measured in the same run;
+    gather throughput per core against a one-core memcpy measured in the same run
+    (the median of 64 MiB copies timed before and after each run);
   - with --policy, the cache's disk budget at --cache-frac of the dataset and the
     link shaped to --link-rate per connection: --policy-epochs epochs with LRU
     eviction (no plans), then with the clairvoyant cache (plans announced, shards
@@ -239,15 +241,20 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 	if err != nil {
 		return rep, err
 	}
-	rep.MemcpyGBps = memcpyGBps()
+	mm := newMemcpyMeter()
+	mm.sample(5)
 	for _, mode := range strings.Split(bc.modes, ",") {
 		fmt.Fprintf(log, "warm run, %s\n", mode)
 		run, err := benchWarm(ctx, src, dataset, ds.bytes, bc, mode, dev)
 		if err != nil {
 			return rep, err
 		}
-		run.GatherVsMemcpy = run.GatherGBps / rep.MemcpyGBps
+		mm.sample(5)
 		rep.Runs = append(rep.Runs, run)
+	}
+	rep.MemcpyGBps = mm.median()
+	for i := range rep.Runs {
+		rep.Runs[i].GatherVsMemcpy = rep.Runs[i].GatherGBps / rep.MemcpyGBps
 	}
 	if bc.policy {
 		emu.SetShape(emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: int64(bc.linkRate)})
@@ -356,6 +363,9 @@ func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes
 	if err != nil {
 		return benchLoaderRun{}, err
 	}
+	// The loader leases its window and its lookahead; leased shards cannot
+	// be evicted, so they must leave the cache room to work with.
+	cfg.Lookahead = fitLookahead(cfg, int64(bc.cacheFrac*float64(bytes)), bytes, len(ds.Groups))
 	name := "lru"
 	if clairvoyant {
 		name = "clairvoyant"
@@ -364,6 +374,27 @@ func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes
 	run, err := measure(ctx, c, cfg, nil, bytes, 1, bc.policyStep)
 	run.Name = fmt.Sprintf("%s, cache %.0f%%", name, 100*bc.cacheFrac)
 	return run, err
+}
+
+// fitLookahead returns the lookahead of a loader with cfg over a dataset of
+// bytes in shards shards, read through a cache of budget bytes: the
+// default (or cfg's), cut so that the shards the loader holds at once (its
+// window, its lookahead and one more being released) take at most half the
+// budget, and at least 1.
+func fitLookahead(cfg loader.Config, budget, bytes int64, shards int) int {
+	la := cfg.Lookahead
+	if la == 0 {
+		la = loader.DefaultLookahead
+	}
+	window := cfg.Window
+	if window == 0 {
+		window = sampler.DefaultWindow
+	}
+	if shards == 0 || bytes == 0 {
+		return la
+	}
+	fit := int(budget / 2 / (bytes/int64(shards) + 1))
+	return max(1, min(la, fit-window-1))
 }
 
 // loaderConfig returns the loader configuration of a run.

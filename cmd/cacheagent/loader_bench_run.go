@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -21,7 +22,8 @@ import (
 // benchLoaderReport is what `cacheagent bench loader` measures.
 type benchLoaderReport struct {
 	Dataset benchDatasetReport `json:"dataset"`
-	// MemcpyGBps is one core's copy bandwidth, 256 MiB buffer to buffer.
+	// MemcpyGBps is one core's copy bandwidth, 64 MiB buffer to buffer:
+	// the median of copies timed before and after each run (memcpyMeter).
 	MemcpyGBps float64          `json:"memcpy_gbps"`
 	Runs       []benchLoaderRun `json:"runs"`
 	// GPU is the device --gpu fed; absent with --gpu none.
@@ -249,21 +251,47 @@ func (run *benchLoaderRun) fill(a, z mark, n int, bytes int64) {
 	}
 }
 
-// memcpyGBps measures one core copying a 256 MiB buffer: the best of five.
-func memcpyGBps() float64 {
-	const n = 256 << 20
-	src, dst := make([]byte, n), make([]byte, n)
-	for i := range src {
-		src[i] = byte(i)
+// memcpyMeter times one core copying a 64 MiB buffer, a few copies at a
+// time between the runs it is the baseline of. Single copies on a shared
+// VM swing by a factor of two within a minute, so the baseline is the
+// median of every copy timed, not the best: the runs' gather rates are
+// averages over their epochs too.
+type memcpyMeter struct {
+	src, dst []byte
+	gbps     []float64
+}
+
+// memcpyBytes is the copy's size: far larger than any last-level cache.
+const memcpyBytes = 64 << 20
+
+func newMemcpyMeter() *memcpyMeter {
+	m := &memcpyMeter{src: make([]byte, memcpyBytes), dst: make([]byte, memcpyBytes)}
+	for i := range m.src {
+		m.src[i] = byte(i)
 	}
-	copy(dst, src) // fault every page in
-	best := 0.0
-	for range 5 {
+	copy(m.dst, m.src) // fault every page in
+	return m
+}
+
+// sample times n copies.
+func (m *memcpyMeter) sample(n int) {
+	for range n {
 		t := time.Now()
-		copy(dst, src)
-		best = max(best, n/time.Since(t).Seconds()/1e9)
+		copy(m.dst, m.src)
+		m.gbps = append(m.gbps, memcpyBytes/time.Since(t).Seconds()/1e9)
 	}
-	return best
+}
+
+// median returns the median copy rate in GB/s (0 before any sample).
+func (m *memcpyMeter) median() float64 {
+	if len(m.gbps) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(m.gbps))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // benchLoaderData reads the dataset of --data or --manifest through the
@@ -286,7 +314,8 @@ func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, 
 	}
 	rows, n := ds.Rows()
 	rep.Dataset = benchDatasetReport{Samples: n, Shards: len(rows), Bytes: bytes}
-	rep.MemcpyGBps = memcpyGBps()
+	mm := newMemcpyMeter()
+	mm.sample(5)
 	cfg, err := bc.loaderConfig(ds, bc.lf.shuffle, bc.lf.epochs)
 	if err != nil {
 		return rep, err
@@ -296,6 +325,8 @@ func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, 
 	defer store.Close()
 	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, dev, bytes, 0, 0)
 	run.Name = bc.lf.data + bc.lf.manifest
+	mm.sample(5)
+	rep.MemcpyGBps = mm.median()
 	run.GatherVsMemcpy = run.GatherGBps / rep.MemcpyGBps
 	rep.Runs = append(rep.Runs, run)
 	return rep, err
