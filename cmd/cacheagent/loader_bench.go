@@ -331,8 +331,8 @@ func (bc *benchCache) Close() error {
 }
 
 // benchWarm reads the dataset for one warm-up and bc.lf.epochs measured
-// epochs, in shuffle mode mode, from a cache whose shm tier holds it all,
-// feeding dev when it is not nil.
+// epochs, in shuffle mode mode, from a cache whose shm tier holds it all
+// (fetched and promoted first), feeding dev when it is not nil.
 func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
 	mode string, dev gpu.Device) (benchLoaderRun, error) {
 	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, true)
@@ -342,6 +342,19 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 	defer c.Close()
 	cfg, err := bc.loaderConfig(ds, mode, 1+bc.lf.epochs)
 	if err != nil {
+		return benchLoaderRun{}, err
+	}
+	// Warm means in shm: fetch and promote everything first, since the
+	// loader's staging leaves a resident disk copy's promotion to the
+	// promoter, which waits for the readers to pause.
+	var objs []fetch.Object
+	for _, g := range ds.Groups {
+		objs = append(objs, g.Objects...)
+	}
+	if err := c.cache.FetchObjects(ctx, objs, fetch.Demand); err != nil {
+		return benchLoaderRun{}, err
+	}
+	if _, err := c.cache.PromoteObjects(ctx, objs); err != nil {
 		return benchLoaderRun{}, err
 	}
 	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
