@@ -92,7 +92,7 @@ type Stager interface {
 	// downloading what is missing.
 	Fetch(ctx context.Context, objs []fetch.Object) error
 	// Promote returns once every object is in the cache's fastest tier,
-	// or is as fast to read where it is (a disk copy wholly in memory,
+	// or can be read at once where it is (a disk copy wholly in memory,
 	// whose promotion the cache makes in the background), or could not
 	// be placed there (then it is served from where it is; errors are
 	// advisory).

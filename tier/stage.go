@@ -81,9 +81,10 @@ func (d *downloads) yield(max, quiet time.Duration, stop <-chan struct{}) {
 // StageObjects makes each of objs that is cached (at its generation, if
 // one is given) fast to read next, the way a reader about to map them
 // wants: an object whose disk copy is wholly in memory (the page cache,
-// as after a fresh download) is already as fast to read as an shm copy,
-// so its promotion is queued for the promoter, which makes it in the
-// background once downloads in flight end; any other is promoted here,
+// as after a fresh download) can be read at once, much sooner than after
+// a promotion on the reader's path (though more slowly than an shm copy),
+// so its promotion is queued for the promoter, which makes it in the background
+// once the cache is quiet; any other is promoted here,
 // synchronously, as PromoteObjects does. It returns how many it promoted
 // and how many it queued; failures are joined (ErrNoSpace for those that
 // do not fit). Without a shm tier it returns ErrNoShm.
