@@ -47,7 +47,11 @@ for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
 		echo "-- $pkg $target"
-		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" >/dev/null
+		if ! out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1); then
+			printf '%s\n' "$out" | tail -n 40
+			echo "fuzz $pkg $target failed (a crasher, if any, is under $dir/testdata/fuzz/$target)" >&2
+			exit 1
+		fi
 	done
 done
 echo "== all tests passed"
