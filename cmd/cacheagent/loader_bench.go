@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"time"
 
@@ -47,12 +48,15 @@ type benchLoaderConfig struct {
 	policyStep   time.Duration
 	gpu          gpu.Mode
 	asJSON       bool
+	oneCore      bool
+	shmParent    string
 }
 
 // newBenchLoaderCmd is `cacheagent bench loader`.
 func newBenchLoaderCmd(opts *options) *cobra.Command {
 	bc := &benchLoaderConfig{samples: 1 << 19, sampleBytes: 1 << 10, shards: 64, modes: "shard-window,global",
-		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4, gpu: gpu.ModeNone}
+		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4, gpu: gpu.ModeNone,
+		shmParent: "/dev/shm"}
 	cmd := &cobra.Command{
 		Use:   "loader",
 		Short: "Measure the Go loader: samples/s, stalls and bytes read per epoch",
@@ -63,7 +67,12 @@ x.npy and y.npy) in an in-process GCS emulator, then:
   - warm runs: a cache with a shm tier that holds the dataset, warmed by one epoch,
     then --epochs epochs per shuffle mode in --modes: samples/s, stall share,
     gather throughput per core against a one-core memcpy measured in the same run
-    (the median of 64 MiB copies timed before and after each run);
+    (the median of 64 MiB copies timed before and after each run); the shm tier
+    is made under --shm-parent;
+  - with --one-core, the warm runs again with one P (GOMAXPROCS=1) and one
+    gathering goroutine, against a memcpy timed the same way under GOMAXPROCS=1:
+    the gather's rate on one core without any cross-core traffic, which on some
+    VMs is far from what the same code does with two;
   - with --policy, the cache's disk budget at --cache-frac of the dataset and the
     link shaped to --link-rate per connection: --policy-epochs epochs with LRU
     eviction (no plans), then with the clairvoyant cache (plans announced, shards
@@ -126,6 +135,8 @@ func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
 	f.DurationVar(&bc.policyStep, "policy-step", 0, "policy runs: time the consumer spends on each batch, as a training step would")
 	f.Var(&bc.gpu, "gpu", "feed the warm runs' batches to GPU 0: auto, cuda, fake or none")
 	f.BoolVar(&bc.asJSON, "json", false, "print JSON")
+	f.BoolVar(&bc.oneCore, "one-core", false, "also run the warm runs with GOMAXPROCS=1 and one gathering goroutine")
+	f.StringVar(&bc.shmParent, "shm-parent", bc.shmParent, "warm runs: the tmpfs directory the shm tier is made in")
 	// The shared --epochs flag means the measured epochs here.
 	f.Lookup("epochs").DefValue, f.Lookup("epochs").Usage = "3", "epochs measured per run"
 	bc.lf.epochs = 3
@@ -254,7 +265,16 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 	}
 	rep.MemcpyGBps = mm.median()
 	for i := range rep.Runs {
+		rep.Runs[i].MemcpyGBps = rep.MemcpyGBps
 		rep.Runs[i].GatherVsMemcpy = rep.Runs[i].GatherGBps / rep.MemcpyGBps
+	}
+	if bc.oneCore {
+		runs, memcpy, err := benchOneCore(ctx, log, src, dataset, ds.bytes, bc)
+		if err != nil {
+			return rep, err
+		}
+		rep.MemcpyOneCoreGBps = memcpy
+		rep.Runs = append(rep.Runs, runs...)
 	}
 	if bc.policy {
 		emu.SetShape(emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: int64(bc.linkRate)})
@@ -270,6 +290,38 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 	return rep, nil
 }
 
+// benchOneCore runs the warm runs again with one P and one gathering
+// goroutine, and returns them with the median memcpy rate timed around
+// them under the same GOMAXPROCS: on a VM whose cores are far apart (two
+// vCPUs that pass cache lines and wake-ups through the hypervisor), the
+// same copy loop runs markedly slower in a process spread over both, and
+// these runs show the gather's rate without that.
+func benchOneCore(ctx context.Context, log io.Writer, src fetch.Source, ds loader.Dataset, bytes int64,
+	bc *benchLoaderConfig) ([]benchLoaderRun, float64, error) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	one := *bc
+	one.workers = 1
+	mm := newMemcpyMeter()
+	mm.sample(5)
+	var runs []benchLoaderRun
+	for _, mode := range strings.Split(bc.modes, ",") {
+		fmt.Fprintf(log, "warm run, %s, one core\n", mode)
+		run, err := benchWarm(ctx, src, ds, bytes, &one, mode, nil)
+		if err != nil {
+			return nil, 0, err
+		}
+		mm.sample(5)
+		run.Name += ", one core"
+		runs = append(runs, run)
+	}
+	memcpy := mm.median()
+	for i := range runs {
+		runs[i].MemcpyGBps = memcpy
+		runs[i].GatherVsMemcpy = runs[i].GatherGBps / memcpy
+	}
+	return runs, memcpy, nil
+}
+
 // benchCache is a cache in temporary directories with a Store over it.
 type benchCache struct {
 	cache *tier.Cache
@@ -278,10 +330,10 @@ type benchCache struct {
 }
 
 // openBenchCache opens a cache of the given disk budget (and a shm tier of
-// shmMax if positive) over src. With keepMaps its Store keeps idle
+// shmMax if positive, in a new directory under shmParent) over src. With keepMaps its Store keeps idle
 // mappings (warm runs: no re-mapping each epoch); without, it unmaps on
 // the last release, so that the cache may evict what the loader let go.
-func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, shmMax int64,
+func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, shmMax int64, shmParent string,
 	keepMaps bool) (*benchCache, error) {
 	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 2 << 20, Connections: conns})
 	if err != nil {
@@ -296,7 +348,7 @@ func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, s
 	cfg := tier.Config{Dir: filepath.Join(dir, "cache"), MaxBytes: diskMax, Revalidate: -1, PromoteHits: -1,
 		Source: src, Downloader: dl}
 	if shmMax > 0 {
-		shm, err := os.MkdirTemp("/dev/shm", "cacheagent-bench-loader-")
+		shm, err := os.MkdirTemp(shmParent, "cacheagent-bench-loader-")
 		if err != nil {
 			bc.remove()
 			return nil, err
@@ -335,7 +387,7 @@ func (bc *benchCache) Close() error {
 // (fetched and promoted first), feeding dev when it is not nil.
 func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
 	mode string, dev gpu.Device) (benchLoaderRun, error) {
-	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, true)
+	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, bc.shmParent, true)
 	if err != nil {
 		return benchLoaderRun{}, err
 	}
@@ -360,6 +412,13 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
 	run, err := measure(ctx, c, cfg, dev, bytes, 1, 0)
 	run.Name = "warm " + mode
+	run.Procs, run.Workers = runtime.GOMAXPROCS(0), cfg.Workers
+	if run.Workers == 0 {
+		run.Workers = min(runtime.GOMAXPROCS(0), loader.DefaultPrefetch)
+		if cfg.Prefetch > 0 {
+			run.Workers = min(runtime.GOMAXPROCS(0), cfg.Prefetch)
+		}
+	}
 	return run, err
 }
 
@@ -367,7 +426,7 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 // at bc.cacheFrac of its size, with plans (clairvoyant) or without (LRU).
 func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
 	clairvoyant bool) (benchLoaderRun, error) {
-	c, err := openBenchCache(ctx, src, bc.connections, int64(bc.cacheFrac*float64(bytes)), 0, false)
+	c, err := openBenchCache(ctx, src, bc.connections, int64(bc.cacheFrac*float64(bytes)), 0, "", false)
 	if err != nil {
 		return benchLoaderRun{}, err
 	}

@@ -24,8 +24,11 @@ type benchLoaderReport struct {
 	Dataset benchDatasetReport `json:"dataset"`
 	// MemcpyGBps is one core's copy bandwidth, 64 MiB buffer to buffer:
 	// the median of copies timed before and after each run (memcpyMeter).
-	MemcpyGBps float64          `json:"memcpy_gbps"`
-	Runs       []benchLoaderRun `json:"runs"`
+	MemcpyGBps float64 `json:"memcpy_gbps"`
+	// MemcpyOneCoreGBps is the same under GOMAXPROCS=1, timed around the
+	// --one-core runs; 0 without them.
+	MemcpyOneCoreGBps float64          `json:"memcpy_one_core_gbps,omitempty"`
+	Runs              []benchLoaderRun `json:"runs"`
 	// GPU is the device --gpu fed; absent with --gpu none.
 	GPU *benchGPUReport `json:"gpu,omitempty"`
 }
@@ -89,10 +92,16 @@ type benchLoaderRun struct {
 	BytesReadPerEpoch float64 `json:"bytes_read_per_epoch"`
 	HitRatio          float64 `json:"hit_ratio"`
 	// GatherGBps is the gather rate of one gathering goroutine (bytes
-	// copied / time copying); GatherVsMemcpy its ratio to MemcpyGBps.
+	// copied / time copying); GatherVsMemcpy its ratio to MemcpyGBps, the
+	// one-core memcpy rate timed around the run's group of runs.
 	GatherGBps     float64 `json:"gather_gbps"`
 	GatherVsMemcpy float64 `json:"gather_vs_memcpy,omitempty"`
-	ZeroCopyShare  float64 `json:"zero_copy_share"`
+	MemcpyGBps     float64 `json:"memcpy_gbps,omitempty"`
+	// Procs is GOMAXPROCS and Workers the gathering goroutines during the
+	// run (warm runs).
+	Procs         int     `json:"procs,omitempty"`
+	Workers       int     `json:"workers,omitempty"`
+	ZeroCopyShare float64 `json:"zero_copy_share"`
 	// GPU has the copies' figures with --gpu.
 	GPU *benchGPURun `json:"gpu,omitempty"`
 }
@@ -366,7 +375,11 @@ func printBenchLoader(w io.Writer, rep benchLoaderReport) error {
 	if d.SampleBytes > 0 {
 		fmt.Fprintf(w, " (x rows of %s + 8-byte y)", humanize.IBytes(uint64(d.SampleBytes)))
 	}
-	fmt.Fprintf(w, "\nmemcpy, one core: %.2f GB/s\n\n", rep.MemcpyGBps)
+	fmt.Fprintf(w, "\nmemcpy, one core: %.2f GB/s", rep.MemcpyGBps)
+	if rep.MemcpyOneCoreGBps > 0 {
+		fmt.Fprintf(w, " (with GOMAXPROCS=1, for the one-core runs: %.2f GB/s)", rep.MemcpyOneCoreGBps)
+	}
+	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "RUN\tSHUFFLE\tEPOCHS\tEPOCH s\tSAMPLES/s\tSTALL\tfetch/promote/gather/other\tREAD/EPOCH\tHIT\tGATHER GB/s/core\tvs memcpy")
 	for _, r := range rep.Runs {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -50,5 +51,53 @@ func TestBenchLoaderGPUFake(t *testing.T) {
 	}
 	if strings.Contains(out, `"gpu"`) {
 		t.Errorf("report without --gpu mentions a GPU:\n%s", out)
+	}
+}
+
+// TestBenchLoaderOneCore repeats the warm runs with one P and one worker,
+// against their own memcpy baseline, makes the shm tier under
+// --shm-parent, cleans it up and gives GOMAXPROCS back.
+func TestBenchLoaderOneCore(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	parent, err := os.MkdirTemp("/dev/shm", "cacheagent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(parent) })
+	procs := runtime.GOMAXPROCS(0)
+	opts := inspectOptions(t, "")
+	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "2048", "--shards", "8",
+		"--sample-bytes", "256", "--batch", "64", "--epochs", "1", "--modes", "shard-window", "--one-core",
+		"--shm-parent", parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := runtime.GOMAXPROCS(0); got != procs {
+		t.Errorf("GOMAXPROCS after the run: %d, want %d", got, procs)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Runs) != 2 || rep.MemcpyOneCoreGBps <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	all, one := rep.Runs[0], rep.Runs[1]
+	if all.Procs != procs || all.MemcpyGBps != rep.MemcpyGBps {
+		t.Errorf("warm run %+v: want procs %d, memcpy %v", all, procs, rep.MemcpyGBps)
+	}
+	if one.Name != "warm shard-window, one core" || one.Procs != 1 || one.Workers != 1 ||
+		one.MemcpyGBps != rep.MemcpyOneCoreGBps || one.GatherGBps <= 0 || one.BytesReadPerEpoch != 0 ||
+		one.GatherVsMemcpy != one.GatherGBps/one.MemcpyGBps {
+		t.Errorf("one-core run %+v", one)
+	}
+	if left, _ := os.ReadDir(parent); len(left) != 0 {
+		t.Errorf("--shm-parent holds %d entries after the run; want none", len(left))
+	}
+	var table bytes.Buffer
+	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "GOMAXPROCS=1") {
+		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }
