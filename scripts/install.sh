@@ -1,6 +1,7 @@
 #!/bin/sh
-# Install cacheagent: the binary, the systemd unit, the commented default
-# config and the operations guide. Safe to run again (upgrades): it replaces
+# Install cacheagent: the binary, the systemd units (the service and the
+# huge-page tmpfs of its shm tier), the commented default config and the
+# operations guide. Safe to run again (upgrades): it replaces
 # the binary, the unit and the docs, but never an existing config, beside
 # which it puts the new default as cacheagent.yaml.default.
 #
@@ -41,6 +42,7 @@ mv -f "$DESTDIR$bindir/.cacheagent.new" "$DESTDIR$bindir/cacheagent"
 
 sed "s|/usr/local/bin/cacheagent|$bindir/cacheagent|" scripts/cacheagent.service >"$tmp/cacheagent.service"
 install -m 0644 "$tmp/cacheagent.service" "$DESTDIR$unitdir/cacheagent.service"
+install -m 0644 scripts/dev-shm-cacheagent.mount "$DESTDIR$unitdir/dev-shm-cacheagent.mount"
 install -m 0644 docs/operations.md "$DESTDIR$docdir/operations.md"
 
 conf=$DESTDIR$confdir/cacheagent.yaml
@@ -59,6 +61,15 @@ if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ]; then
 	if ! getent group cacheagent >/dev/null; then
 		groupadd --system cacheagent
 		echo "   created group cacheagent: add the users who run training jobs to it"
+	fi
+	# The shm tier moves onto its own tmpfs at the next start; copies left
+	# in a plain /dev/shm/cacheagent would be hidden under it, still using
+	# memory. (The daemon drops its index entries for them; the disk
+	# copies stay.)
+	shm=/dev/shm/cacheagent
+	if [ -d "$shm" ] && ! mountpoint -q "$shm" && [ -n "$(ls -A "$shm" 2>/dev/null)" ]; then
+		echo "   $shm holds an shm tier outside its tmpfs: run systemctl stop cacheagent,"
+		echo "   rm -rf $shm/*, then start it again (or mask dev-shm-cacheagent.mount to keep it)"
 	fi
 	if [ -d /run/systemd/system ]; then
 		systemctl daemon-reload

@@ -39,6 +39,18 @@ go vet ./...
 echo "== CGO_ENABLED=0 build"
 CGO_ENABLED=0 go build -o /dev/null ./cmd/cacheagent
 
+echo "== systemd units"
+if command -v systemd-analyze >/dev/null; then
+	units=$(mktemp -d)
+	# verify checks that ExecStart exists; the binary is not installed here.
+	sed 's|^ExecStart=[^ ]*|ExecStart=/bin/true|' scripts/cacheagent.service >"$units/cacheagent.service"
+	cp scripts/dev-shm-cacheagent.mount "$units/"
+	systemd-analyze verify "$units/dev-shm-cacheagent.mount" "$units/cacheagent.service"
+	rm -rf "$units"
+else
+	echo "not checked: no systemd-analyze on this machine"
+fi
+
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
