@@ -70,10 +70,6 @@ func TestFromPattern(t *testing.T) {
 	}
 }
 
-func itoa(n int) string {
-	return strings.TrimSpace(strings.Repeat(" ", 0) + string(rune('0'+n/10)) + string(rune('0'+n%10)))
-}
-
 func TestFromPatternErrors(t *testing.T) {
 	data := synth.Dataset{Rows: []int{3, 4}, RowBytes: 8}
 	e := newEnv(t, data)

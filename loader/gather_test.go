@@ -26,9 +26,7 @@ func TestCopyRows(t *testing.T) {
 		l := &Loader{rowSize: []int{rs}}
 		l.ds.Specs = make([]Spec, 1)
 		s := &slot{bufs: [][]byte{make([]byte, n*rs)}, shapes: [][]int{{0}}, batch: Batch{Arrays: make([]array.Array, 1)}}
-		for _, g := range groups {
-			s.groups = append(s.groups, g)
-		}
+		s.groups = append(s.groups, groups...)
 		for i := 0; i < n; {
 			g, row := rng.IntN(shards), rng.IntN(rows)
 			run := 1 + rng.IntN(4) // sometimes a run of consecutive rows

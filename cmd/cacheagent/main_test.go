@@ -142,7 +142,7 @@ func TestCLIRoundTrip(t *testing.T) {
 	if out, err = run(t, s.Endpoint(), cache, "pin", "gs://bkt/d/a"); err != nil || !strings.Contains(out, "pinned 1 ") {
 		t.Errorf("pin: %q, %v; want 1 pinned", out, err)
 	}
-	if out, err = run(t, s.Endpoint(), cache, "evict", "gs://bkt/d/"); err != nil {
+	if _, err = run(t, s.Endpoint(), cache, "evict", "gs://bkt/d/"); err != nil {
 		t.Fatal(err)
 	}
 	out, err = run(t, s.Endpoint(), cache, "ls", "--json", "gs://bkt/d/")
