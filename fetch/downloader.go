@@ -87,6 +87,9 @@ type Downloader struct {
 	tickets atomic.Uint64 // Fetch start order, for FIFO within a priority
 	stats   counters
 	bufs    sync.Pool // *[]byte of copyBufSize
+
+	stealMu  sync.Mutex           // guards inflight
+	inflight map[*slice]*download // ranges being fetched, which steal may split
 }
 
 // copyBufSize is the read buffer per range attempt.
@@ -105,7 +108,7 @@ func NewDownloader(src Source, cfg Config) (*Downloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Downloader{src: src, cfg: cfg, sem: sem}
+	d := &Downloader{src: src, cfg: cfg, sem: sem, inflight: make(map[*slice]*download)}
 	d.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return d, nil
 }
@@ -193,31 +196,40 @@ func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u 
 		return 0, nil
 	}
 	n := (a.Size + d.cfg.SliceSize - 1) / d.cfg.SliceSize
-	slices := make([]slice, n)
 	// The first failing slice cancels sctx with its error as the cause,
 	// before it frees its connection slot, so no further slice starts and
 	// that error, not a sibling's cancellation, is what Fetch returns.
 	sctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
 	var wg sync.WaitGroup
-	for i := range slices {
-		s := &slices[i]
-		s.off = int64(i) * d.cfg.SliceSize
-		s.n = min(d.cfg.SliceSize, a.Size-s.off)
+	dl := &download{o: a.Object, dst: dst, u: u, order: order, ctx: sctx, abort: abort, wg: &wg}
+	for i := range n {
+		off := i * d.cfg.SliceSize
+		s := &slice{off: off, n: min(d.cfg.SliceSize, a.Size-off)}
 		// One slot per slice, taken here so that a download queues at most
 		// one waiter at a time and starts no goroutine it cannot feed.
 		if d.sem.acquire(sctx, u, order) != nil {
 			break
 		}
-		wg.Go(func() { d.fetchSlice(sctx, abort, a.Object, s, dst, u, order) })
+		dl.add(s)
+		wg.Go(func() { d.fetchSlice(dl, s) })
 	}
 	wg.Wait()
 	if err := context.Cause(sctx); err != nil {
 		return 0, err
 	}
+	// The slices, and the ranges split off them, tile the object.
 	var crc uint32
-	for _, s := range slices {
+	var next int64
+	for _, s := range dl.sorted() {
+		if s.off != next || s.done != s.n {
+			return 0, fmt.Errorf("internal error: range at %d of %d bytes, %d written, after %d", s.off, s.n, s.done, next)
+		}
 		crc = crc32cCombine(crc, s.crc, s.n)
+		next += s.n
+	}
+	if next != a.Size {
+		return 0, fmt.Errorf("internal error: ranges cover %d of %d bytes", next, a.Size)
 	}
 	return crc, nil
 }

@@ -10,16 +10,24 @@ import (
 	"time"
 )
 
-// slice is one range of an object and how much of it is in dst. It is owned
-// by the goroutine fetching it.
+// slice is one range of an object and how much of it is in dst. The
+// goroutine fetching it is the only writer of done and crc; steal may
+// shorten n (split) meanwhile, so n and done are read and written under mu.
 type slice struct {
-	off, n int64  // the range [off, off+n) of the object
-	done   int64  // bytes [off, off+done) are written
-	crc    uint32 // CRC32C of those bytes
+	off int64 // the range starts at off
+
+	mu   sync.Mutex
+	n    int64 // the range is [off, off+n); only ever shortened, by split
+	done int64 // bytes [off, off+done) are written
+
+	crc uint32 // CRC32C of the bytes written; the fetching goroutine's
 }
 
 // String returns the slice's byte range, inclusive, as in an HTTP Range.
-func (s *slice) String() string { return fmt.Sprintf("bytes %d-%d", s.off, s.off+s.n-1) }
+func (s *slice) String() string {
+	_, n := s.state()
+	return fmt.Sprintf("bytes %d-%d", s.off, s.off+n-1)
+}
 
 // dstError marks a failure of the destination: never retried.
 type dstError struct{ err error }
@@ -27,16 +35,19 @@ type dstError struct{ err error }
 func (e *dstError) Error() string { return "write destination: " + e.err.Error() }
 func (e *dstError) Unwrap() error { return e.err }
 
-// fetchSlice fetches s, retrying failed attempts, and resumes each retry
-// where the last one stopped. It is called holding one connection slot and
-// releases it before returning; it gives the slot back while it backs off.
-// On failure it calls abort with its error before freeing the slot.
-func (d *Downloader) fetchSlice(ctx context.Context, abort context.CancelCauseFunc, o Object, s *slice,
-	dst io.WriterAt, u *Urgency, order uint64) (err error) {
+// fetchSlice fetches s for dl, retrying failed attempts, and resumes each
+// retry where the last one stopped. It is called holding one connection
+// slot and releases it before returning (or hands it to a range it splits
+// off another, see steal); it gives the slot back while it backs off. On
+// failure it calls dl.abort with its error before freeing the slot.
+func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
+	ctx, u := dl.ctx, dl.u
 	held := true
+	d.track(s, dl)
 	defer func() {
+		d.untrack(s)
 		if err != nil {
-			abort(err)
+			dl.abort(err)
 		}
 		if held {
 			d.sem.release()
@@ -44,12 +55,13 @@ func (d *Downloader) fetchSlice(ctx context.Context, abort context.CancelCauseFu
 	}()
 	failures := 0
 	for {
-		before := s.done
-		err := d.readRange(ctx, o, s, dst)
+		before, _ := s.state()
+		err := d.readRange(ctx, dl.o, s, dl.dst)
 		if err == nil {
+			held = !d.steal()
 			return nil
 		}
-		if s.done > before {
+		if done, _ := s.state(); done > before {
 			failures = 0
 		}
 		failures++
@@ -71,7 +83,7 @@ func (d *Downloader) fetchSlice(ctx context.Context, abort context.CancelCauseFu
 		if err := sleepCtx(ctx, backoff(failures, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
 			return err
 		}
-		if err := d.sem.acquire(ctx, u, order); err != nil {
+		if err := d.sem.acquire(ctx, u, dl.order); err != nil {
 			return err
 		}
 		held = true
@@ -96,30 +108,44 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 	}()
 
 	d.stats.ranges.Add(1)
-	r, err := d.src.NewRangeReader(rctx, o, s.off+s.done, s.n-s.done)
+	start, n := s.state()
+	asked := n - start
+	r, err := d.src.NewRangeReader(rctx, o, s.off+start, asked)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	var buf []byte
-	if left := s.n - s.done; left < copyBufSize {
+	if asked < copyBufSize {
 		// A small range (a small object) gets a buffer of its size: 64
 		// connections fetching 1 KiB objects would otherwise hold 16 MiB.
-		buf = make([]byte, max(left, 1))
+		buf = make([]byte, max(asked, 1))
 	} else {
 		bp := d.bufs.Get().(*[]byte)
 		defer d.bufs.Put(bp)
 		buf = *bp
 	}
 
-	for s.done < s.n {
-		m, rerr := r.Read(buf[:min(int64(len(buf)), s.n-s.done)])
+	for {
+		done, n := s.state()
+		if done >= n {
+			break
+		}
+		m, rerr := r.Read(buf[:min(int64(len(buf)), n-done)])
 		if m > 0 {
-			if _, werr := dst.WriteAt(buf[:m], s.off+s.done); werr != nil {
+			// A split may have shortened s since: never write past its end
+			// (split leaves far more than one read, so this is a guard).
+			if _, n = s.state(); int64(m) > n-done {
+				m = int(n - done)
+			}
+			if _, werr := dst.WriteAt(buf[:m], s.off+done); werr != nil {
 				return &dstError{werr}
 			}
 			s.crc = crc32.Update(s.crc, castagnoli, buf[:m])
+			s.mu.Lock()
 			s.done += int64(m)
+			done = s.done
+			s.mu.Unlock()
 			d.stats.bytes.Add(int64(m))
 			select {
 			case progress <- struct{}{}:
@@ -127,13 +153,18 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 			}
 		}
 		switch {
-		case rerr == io.EOF && s.done < s.n:
-			return fmt.Errorf("%w: got %d of %d bytes", ErrShortRead, s.done, s.n)
+		case rerr == io.EOF && done < n:
+			return fmt.Errorf("%w: got %d of %d bytes", ErrShortRead, done, n)
 		case rerr == io.EOF:
 			return nil
 		case rerr != nil:
 			return rerr
 		}
+	}
+	if _, n := s.state(); n-start < asked {
+		// Split while reading: the rest of the body is another range's.
+		// Closing it unread drops the connection; the split paid for that.
+		return nil
 	}
 	return expectEOF(r, buf[:1])
 }

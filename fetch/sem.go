@@ -130,6 +130,14 @@ func (s *connSem) setLimit(n int) error {
 	return nil
 }
 
+// idle reports whether a slot released now would go unused: no one waits,
+// and the budget has not shrunk below the slots in use.
+func (s *connSem) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.waiters) == 0 && s.used <= s.limit
+}
+
 // counts returns the slots in use and the number of waiters.
 func (s *connSem) counts() (used, waiting int) {
 	s.mu.Lock()

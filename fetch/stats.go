@@ -21,6 +21,9 @@ type Stats struct {
 	CRCFailures int64
 	// Stalls is the number of range reads aborted by the stall watchdog.
 	Stalls int64
+	// Splits is the number of ranges split to give a connection that
+	// would otherwise idle the second half.
+	Splits int64
 	// Conns is the number of connection slots in use.
 	Conns int
 	// Waiting is the number of slices waiting for a connection slot.
@@ -29,8 +32,8 @@ type Stats struct {
 
 // counters are the live values behind Stats.
 type counters struct {
-	objects, failures, bytes, ranges, crcFailures, stalls atomic.Int64
-	retries                                               [numRetryCauses]atomic.Int64
+	objects, failures, bytes, ranges, crcFailures, stalls, splits atomic.Int64
+	retries                                                       [numRetryCauses]atomic.Int64
 }
 
 // snapshot copies the counters into a Stats.
@@ -42,6 +45,7 @@ func (c *counters) snapshot() Stats {
 		Ranges:      c.ranges.Load(),
 		CRCFailures: c.crcFailures.Load(),
 		Stalls:      c.stalls.Load(),
+		Splits:      c.splits.Load(),
 	}
 	for i := range c.retries {
 		s.Retries[i] = c.retries[i].Load()

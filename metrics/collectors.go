@@ -84,6 +84,7 @@ var (
 	fetchRetries = desc("cacheagent_fetch_retries_total", "Retries by cause.", "cause")
 	fetchCRC     = desc("cacheagent_fetch_crc_failures_total", "Downloaded objects whose CRC32C did not match.")
 	fetchStalls  = desc("cacheagent_fetch_stalls_total", "Range reads aborted for receiving no bytes.")
+	fetchSplits  = desc("cacheagent_fetch_splits_total", "Ranges split to give an otherwise idle connection their second half.")
 	fetchConns   = desc("cacheagent_fetch_connections", "Connection slots in use.")
 	fetchLimit   = desc("cacheagent_fetch_connections_limit", "Connection budget.")
 	fetchWaiting = desc("cacheagent_fetch_waiting_slices", "Slices waiting for a connection slot (all priorities).")
@@ -100,7 +101,7 @@ type fetchCollector struct {
 
 func (c *fetchCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fetchBytes, fetchObjects, fetchRanges, fetchRetries, fetchCRC,
-		fetchStalls, fetchConns, fetchLimit, fetchWaiting} {
+		fetchStalls, fetchSplits, fetchConns, fetchLimit, fetchWaiting} {
 		ch <- d
 	}
 }
@@ -125,6 +126,7 @@ func (c *fetchCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(fetchCRC, s.CRCFailures)
 	counter(fetchStalls, s.Stalls)
+	counter(fetchSplits, s.Splits)
 	ch <- prometheus.MustNewConstMetric(fetchConns, prometheus.GaugeValue, float64(s.Conns))
 	ch <- prometheus.MustNewConstMetric(fetchWaiting, prometheus.GaugeValue, float64(s.Waiting))
 }

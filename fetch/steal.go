@@ -1,0 +1,147 @@
+package fetch
+
+import (
+	"cmp"
+	"context"
+	"io"
+	"slices"
+	"sync"
+)
+
+// A connection that frees up while nothing waits for one would idle until
+// the next download asks; meanwhile the downloads still running each stream
+// on one connection, and the last of them finish one after another. So a
+// freed connection with no waiter takes the second half of the unwritten
+// part of the range with the most bytes left, anywhere on the Downloader:
+// the range's reader stops at the split point and the connection fetches
+// the rest as a new range of the same download.
+const (
+	// minSteal is the least a range must have left to be split: each half
+	// then still carries several times what one connection moves while it
+	// waits for the new request's first byte (4 MiB is 20–40 ms at the
+	// 100–200 MB/s one GCS stream sustains).
+	minSteal = 8 << 20
+	// stealAlign aligns split points (object offsets).
+	stealAlign = 64 << 10
+)
+
+// download is one fetchOnce in flight: what its slices, and the ranges
+// split off them, share.
+type download struct {
+	o     Object
+	dst   io.WriterAt
+	u     *Urgency
+	order uint64
+	ctx   context.Context
+	abort context.CancelCauseFunc
+	wg    *sync.WaitGroup // waited for by fetchOnce; a split adds to it
+
+	mu     sync.Mutex // guards slices
+	slices []*slice
+}
+
+// add appends s to the download's slices.
+func (dl *download) add(s *slice) {
+	dl.mu.Lock()
+	dl.slices = append(dl.slices, s)
+	dl.mu.Unlock()
+}
+
+// sorted returns the download's slices in object order.
+func (dl *download) sorted() []*slice {
+	dl.mu.Lock()
+	defer dl.mu.Unlock()
+	return slices.SortedFunc(slices.Values(dl.slices), func(a, b *slice) int { return cmp.Compare(a.off, b.off) })
+}
+
+// track registers s, fetched for dl, as a range a freed connection may
+// split; untrack removes it.
+func (d *Downloader) track(s *slice, dl *download) {
+	d.stealMu.Lock()
+	d.inflight[s] = dl
+	d.stealMu.Unlock()
+}
+
+func (d *Downloader) untrack(s *slice) {
+	d.stealMu.Lock()
+	delete(d.inflight, s)
+	d.stealMu.Unlock()
+}
+
+// steal is called by a range that has finished, holding its connection
+// slot. If no one waits for the slot, it splits the in-flight range with
+// the most bytes left (at least minSteal) and starts its second half on
+// the slot, as part of that range's download, and reports true: the slot
+// is the new range's. Otherwise it reports false and the caller releases
+// the slot.
+func (d *Downloader) steal() bool {
+	if !d.sem.idle() {
+		return false
+	}
+	d.stealMu.Lock()
+	defer d.stealMu.Unlock()
+	var victim *slice
+	var vdl *download
+	var most int64
+	for s, dl := range d.inflight {
+		if dl.ctx.Err() != nil {
+			continue
+		}
+		if left := s.left(); left > most {
+			victim, vdl, most = s, dl, left
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	ns := victim.split()
+	if ns == nil {
+		return false
+	}
+	vdl.add(ns)
+	d.stats.splits.Add(1)
+	// The victim is tracked, so its goroutine has not returned and the
+	// download's WaitGroup counter is positive: Add may race with Wait.
+	vdl.wg.Add(1)
+	go func() {
+		defer vdl.wg.Done()
+		d.fetchSlice(vdl, ns)
+	}()
+	return true
+}
+
+// left returns the bytes of s not yet written.
+func (s *slice) left() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n - s.done
+}
+
+// state returns how much of s is written and its current length.
+func (s *slice) state() (done, n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.done, s.n
+}
+
+// split shortens s to end halfway through its unwritten part (at a
+// stealAlign boundary) and returns a slice for the rest, or nil if less
+// than minSteal is unwritten. The cut is at least minSteal/2 past what is
+// written, far more than one read (copyBufSize) can add before the reader
+// sees the new length.
+func (s *slice) split() *slice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	left := s.n - s.done
+	if left < minSteal {
+		return nil
+	}
+	mid := s.off + s.done + left/2
+	mid -= mid % stealAlign
+	end := s.off + s.n
+	if mid <= s.off+s.done || mid >= end {
+		return nil
+	}
+	s.n = mid - s.off
+	return &slice{off: mid, n: end - mid}
+}

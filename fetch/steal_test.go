@@ -1,0 +1,138 @@
+package fetch
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cacheagent/cacheagent/internal/emulator"
+)
+
+// stealEnv is a shaped emulator holding a large and a small object, and a
+// two-connection Downloader whose slices hold either object whole.
+type stealEnv struct {
+	d          *Downloader
+	big, small Attrs
+	bigData    []byte
+	smallData  []byte
+	ranges     *recorder[string]
+}
+
+func newStealEnv(t *testing.T, conns int, plan emulator.FaultPlan) *stealEnv {
+	t.Helper()
+	e := &stealEnv{ranges: &recorder[string]{}}
+	s := startEmulator(t, emulator.Options{Buckets: []string{"bkt"},
+		Shape:  emulator.Shape{FirstByte: 5 * time.Millisecond, BytesPerSec: 50e6},
+		Faults: rangeLog(plan, e.ranges)})
+	g := newTestGCS(t, s.Endpoint())
+	e.bigData, e.smallData = emulator.Pattern(1, 24<<20+12345), emulator.Pattern(2, 256<<10)
+	e.big = withCRC(putObject(t, s, g, "bkt", "big", e.bigData), e.bigData)
+	e.small = withCRC(putObject(t, s, g, "bkt", "small", e.smallData), e.smallData)
+	cfg := fastConfig()
+	cfg.SliceSize, cfg.Connections = 64<<20, conns
+	e.d = newDownloader(t, g, cfg)
+	return e
+}
+
+// fetchBoth fetches the big and the small object at once and checks both.
+func (e *stealEnv) fetchBoth(t *testing.T) {
+	t.Helper()
+	bigDone := make(chan []byte, 1)
+	errc := async(t, func() error {
+		b, err := fetchFile(t, e.d, e.big, nil)
+		bigDone <- b
+		return err
+	})
+	time.Sleep(20 * time.Millisecond) // the big download holds its connection first
+	got, err := fetchFile(t, e.d, e.small, nil)
+	if err != nil {
+		t.Fatalf("small: %v", err)
+	}
+	checkBytes(t, "small", got, e.smallData)
+	if err := <-errc; err != nil {
+		t.Fatalf("big: %v", err)
+	}
+	checkBytes(t, "big", <-bigDone, e.bigData)
+	checkNoFetchGoroutines(t)
+}
+
+// A connection freed while nothing waits takes the second half of the
+// range with the most left; the object still assembles and verifies.
+func TestStealSplitsTail(t *testing.T) {
+	e := newStealEnv(t, 2, nil)
+	e.fetchBoth(t)
+	st := e.d.Stats()
+	if st.Splits < 1 {
+		t.Fatalf("stats %+v: no range was split", st)
+	}
+	mid := 0
+	for _, r := range e.ranges.all() {
+		if r != "" && !strings.HasPrefix(r, "bytes=0-") {
+			mid++
+		}
+	}
+	if mid < 1 {
+		t.Errorf("ranges %q: none starts inside the big object", e.ranges.all())
+	}
+	if st.Conns != 0 || st.Waiting != 0 {
+		t.Errorf("after the downloads: %d slots in use, %d waiting", st.Conns, st.Waiting)
+	}
+}
+
+// Splits and retries together: the big object's first read and the first
+// range split off it end early (a body shorter than asked, which the
+// Downloader retries itself), so a range that was split resumes up to its
+// new end, and a split range resumes.
+func TestStealWithShortReads(t *testing.T) {
+	var first, split sync.Once
+	plan := func(r *http.Request, _ int) emulator.Fault {
+		f := emulator.Fault{}
+		if !strings.Contains(r.URL.Path, "big") {
+			return f
+		}
+		if rg := r.Header.Get("Range"); rg == "" || strings.HasPrefix(rg, "bytes=0-") {
+			first.Do(func() { f.TruncateTo = 6 << 20 })
+		} else {
+			split.Do(func() { f.TruncateTo = 2 << 20 })
+		}
+		return f
+	}
+	e := newStealEnv(t, 2, plan)
+	e.fetchBoth(t)
+	st := e.d.Stats()
+	if st.Splits < 1 || st.Retries[CauseShortRead] < 2 {
+		t.Errorf("stats %+v: want splits and two short-read retries; ranges %q", st, e.ranges.all())
+	}
+}
+
+// With a download waiting for the freed connection, it gets it: no split.
+func TestStealNotWhileWaiting(t *testing.T) {
+	e := newStealEnv(t, 1, nil)
+	e.fetchBoth(t)
+	if st := e.d.Stats(); st.Splits != 0 {
+		t.Errorf("stats %+v: a range was split while a download waited", st)
+	}
+}
+
+func TestSliceSplit(t *testing.T) {
+	s := &slice{off: 1 << 20, n: 3 * minSteal, done: minSteal}
+	ns := s.split()
+	if ns == nil {
+		t.Fatal("split of 2*minSteal unwritten bytes: nil")
+	}
+	if ns.off%stealAlign != 0 || s.off+s.n != ns.off || ns.off+ns.n != 1<<20+3*minSteal {
+		t.Errorf("split into [%d, +%d) and [%d, +%d)", s.off, s.n, ns.off, ns.n)
+	}
+	if s.n-s.done < minSteal/2-stealAlign || ns.n < minSteal/2 {
+		t.Errorf("halves of %d and %d unwritten bytes; want about %d each", s.n-s.done, ns.n, minSteal)
+	}
+	small := &slice{off: 0, n: minSteal - 1}
+	if small.split() != nil || small.n != minSteal-1 {
+		t.Errorf("a range with less than minSteal left was split")
+	}
+	if (&slice{off: 0, n: 2 * minSteal, done: minSteal + 1}).split() != nil {
+		t.Error("a range with less than minSteal unwritten was split")
+	}
+}
