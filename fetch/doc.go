@@ -30,8 +30,9 @@
 // the download that started first, so objects complete in the order they
 // were asked for. Raising an Urgency takes effect at the next grant. A
 // connection freed while no slice waits does not idle: it splits the
-// in-flight range with the most bytes left (at least 8 MiB) and fetches
-// its second half, so the last downloads finish on every connection.
+// in-flight range with the most time left and fetches its second half, if
+// that half outlasts twice the average time to first byte, so the last
+// downloads finish on every connection.
 //
 // Every range's length is checked (a body that ends early is ErrShortRead,
 // one that runs long is an error). A failed range is retried with

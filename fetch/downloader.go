@@ -90,6 +90,22 @@ type Downloader struct {
 
 	stealMu  sync.Mutex           // guards inflight
 	inflight map[*slice]*download // ranges being fetched, which steal may split
+	ttfb     atomic.Int64         // average time to first byte of range reads, ns (0: none yet)
+}
+
+// observeTTFB folds one range read's time to first byte into the average
+// (an exponentially weighted one, 1/8 per sample).
+func (d *Downloader) observeTTFB(t time.Duration) {
+	for {
+		old := d.ttfb.Load()
+		avg := int64(t)
+		if old != 0 {
+			avg = old + (int64(t)-old)/8
+		}
+		if d.ttfb.CompareAndSwap(old, max(avg, 1)) {
+			return
+		}
+	}
 }
 
 // copyBufSize is the read buffer per range attempt.

@@ -19,6 +19,10 @@ type slice struct {
 	mu   sync.Mutex
 	n    int64 // the range is [off, off+n); only ever shortened, by split
 	done int64 // bytes [off, off+done) are written
+	// recvStart is when the current attempt's first byte arrived (zero
+	// before it), with recvDone bytes written then: timeLeft's rate.
+	recvStart time.Time
+	recvDone  int64
 
 	crc uint32 // CRC32C of the bytes written; the fetching goroutine's
 }
@@ -110,6 +114,8 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 	d.stats.ranges.Add(1)
 	start, n := s.state()
 	asked := n - start
+	requested := time.Now()
+	defer s.receiving(time.Time{}) // no rate between attempts
 	r, err := d.src.NewRangeReader(rctx, o, s.off+start, asked)
 	if err != nil {
 		return err
@@ -132,6 +138,11 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 			break
 		}
 		m, rerr := r.Read(buf[:min(int64(len(buf)), n-done)])
+		if m > 0 && done == start {
+			now := time.Now()
+			d.observeTTFB(now.Sub(requested))
+			s.receiving(now)
+		}
 		if m > 0 {
 			// A split may have shortened s since: never write past its end
 			// (split leaves far more than one read, so this is a guard).

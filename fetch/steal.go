@@ -6,21 +6,29 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"time"
 )
 
 // A connection that frees up while nothing waits for one would idle until
 // the next download asks; meanwhile the downloads still running each stream
 // on one connection, and the last of them finish one after another. So a
 // freed connection with no waiter takes the second half of the unwritten
-// part of the range with the most bytes left, anywhere on the Downloader:
+// part of the range with the most time left, anywhere on the Downloader:
 // the range's reader stops at the split point and the connection fetches
 // the rest as a new range of the same download.
+//
+// A split pays a new request's time to first byte, so it is made only when
+// the half handed over would take its reader well over that long: at least
+// stealTTFBs times the Downloader's running average time to first byte.
 const (
-	// minSteal is the least a range must have left to be split: each half
-	// then still carries several times what one connection moves while it
-	// waits for the new request's first byte (4 MiB is 20–40 ms at the
-	// 100–200 MB/s one GCS stream sustains).
-	minSteal = 8 << 20
+	// minSteal is the least a range must have left to be split at all.
+	minSteal = 2 << 20
+	// stealTTFBs is how many times the average time to first byte half a
+	// range's remaining time must be for a split.
+	stealTTFBs = 2
+	// minRateSample is how long a range must have been receiving before its
+	// rate is trusted for that estimate.
+	minRateSample = 10 * time.Millisecond
 	// stealAlign aligns split points (object offsets).
 	stealAlign = 64 << 10
 )
@@ -78,20 +86,22 @@ func (d *Downloader) steal() bool {
 	if !d.sem.idle() {
 		return false
 	}
+	ttfb := time.Duration(d.ttfb.Load())
+	now := time.Now()
 	d.stealMu.Lock()
 	defer d.stealMu.Unlock()
 	var victim *slice
 	var vdl *download
-	var most int64
+	var most time.Duration
 	for s, dl := range d.inflight {
 		if dl.ctx.Err() != nil {
 			continue
 		}
-		if left := s.left(); left > most {
-			victim, vdl, most = s, dl, left
+		if t := s.timeLeft(now); t > most {
+			victim, vdl, most = s, dl, t
 		}
 	}
-	if victim == nil {
+	if victim == nil || !worthSplitting(most, ttfb) {
 		return false
 	}
 	ns := victim.split()
@@ -110,11 +120,33 @@ func (d *Downloader) steal() bool {
 	return true
 }
 
-// left returns the bytes of s not yet written.
-func (s *slice) left() int64 {
+// worthSplitting reports whether a range with left time to go (at its own
+// rate) should be split, given the average time to first byte.
+func worthSplitting(left, ttfb time.Duration) bool {
+	return ttfb > 0 && left/2 > stealTTFBs*ttfb
+}
+
+// timeLeft estimates how long s's reader needs for its unwritten bytes at
+// the rate of its current attempt; 0 if it has less than minSteal left or
+// has not been receiving for minRateSample.
+func (s *slice) timeLeft(now time.Time) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.n - s.done
+	left := s.n - s.done
+	since := now.Sub(s.recvStart)
+	got := s.done - s.recvDone
+	if left < minSteal || s.recvStart.IsZero() || since < minRateSample || got <= 0 {
+		return 0
+	}
+	return time.Duration(float64(since) * float64(left) / float64(got))
+}
+
+// receiving marks the first byte of an attempt (s.done bytes written before
+// it), for timeLeft's rate.
+func (s *slice) receiving(at time.Time) {
+	s.mu.Lock()
+	s.recvStart, s.recvDone = at, s.done
+	s.mu.Unlock()
 }
 
 // state returns how much of s is written and its current length.
@@ -127,8 +159,8 @@ func (s *slice) state() (done, n int64) {
 // split shortens s to end halfway through its unwritten part (at a
 // stealAlign boundary) and returns a slice for the rest, or nil if less
 // than minSteal is unwritten. The cut is at least minSteal/2 past what is
-// written, far more than one read (copyBufSize) can add before the reader
-// sees the new length.
+// written, more than one read (copyBufSize) can add before the reader sees
+// the new length.
 func (s *slice) split() *slice {
 	s.mu.Lock()
 	defer s.mu.Unlock()

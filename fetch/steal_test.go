@@ -136,3 +136,37 @@ func TestSliceSplit(t *testing.T) {
 		t.Error("a range with less than minSteal unwritten was split")
 	}
 }
+
+func TestWorthSplitting(t *testing.T) {
+	for _, tc := range []struct {
+		left, ttfb time.Duration
+		want       bool
+	}{
+		{400 * time.Millisecond, 20 * time.Millisecond, true},
+		{80 * time.Millisecond, 20 * time.Millisecond, false}, // half of it is only 2 × the first byte
+		{81 * time.Millisecond, 20 * time.Millisecond, true},
+		{time.Second, 0, false}, // no first byte seen yet
+		{0, time.Millisecond, false},
+	} {
+		if got := worthSplitting(tc.left, tc.ttfb); got != tc.want {
+			t.Errorf("worthSplitting(%v, %v) = %v; want %v", tc.left, tc.ttfb, got, tc.want)
+		}
+	}
+}
+
+func TestSliceTimeLeft(t *testing.T) {
+	now := time.Now()
+	s := &slice{n: 64 << 20, done: 4 << 20}
+	if got := s.timeLeft(now); got != 0 {
+		t.Errorf("before the first byte: %v; want 0", got)
+	}
+	s.receiving(now.Add(-100 * time.Millisecond)) // 2 MiB in the last 100 ms, 60 MiB to go
+	s.done += 2 << 20
+	if got := s.timeLeft(now); got < 2900*time.Millisecond || got > 2950*time.Millisecond {
+		t.Errorf("58 MiB left at 20 MiB/s: %v; want 2.9 s", got)
+	}
+	s.done = s.n - minSteal + 1
+	if got := s.timeLeft(now); got != 0 {
+		t.Errorf("less than minSteal left: %v; want 0", got)
+	}
+}
