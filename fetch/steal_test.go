@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,14 @@ func (e *stealEnv) fetchBoth(t *testing.T) {
 		bigDone <- b
 		return err
 	})
-	time.Sleep(20 * time.Millisecond) // the big download holds its connection first
+	// The big download holds its connection first, and has received enough
+	// (1 MiB, 20 ms at the shaped rate) for its rate to be measured.
+	for deadline := time.Now().Add(10 * time.Second); e.d.Stats().Bytes < 1<<20; {
+		if time.Now().After(deadline) {
+			t.Fatal("the big object's read never got going")
+		}
+		runtime.Gosched()
+	}
 	got, err := fetchFile(t, e.d, e.small, nil)
 	if err != nil {
 		t.Fatalf("small: %v", err)
