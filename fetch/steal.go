@@ -78,10 +78,10 @@ func (d *Downloader) untrack(s *slice) {
 
 // steal is called by a range that has finished, holding its connection
 // slot. If no one waits for the slot, it splits the in-flight range with
-// the most bytes left (at least minSteal) and starts its second half on
-// the slot, as part of that range's download, and reports true: the slot
-// is the new range's. Otherwise it reports false and the caller releases
-// the slot.
+// the most time left, if worthSplitting, and starts its second half on the
+// slot, as part of that range's download, and reports true: the slot is
+// the new range's. Otherwise it reports false and the caller releases the
+// slot. It scans every range in flight: at most the connection budget.
 func (d *Downloader) steal() bool {
 	if !d.sem.idle() {
 		return false
