@@ -59,15 +59,29 @@ echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
 
 echo "== fuzz smoke (${FUZZTIME:=10s} per target)"
+# fuzz_one PKG TARGET: one duration-bounded fuzz run; its output in $out.
+fuzz_one() { out=$(go test -run '^$' -fuzz "^$2\$" -fuzztime "$FUZZTIME" "$1" 2>&1); }
+# Go 1.26's fuzz coordinator can fail a target with a bare "context deadline
+# exceeded" when -fuzztime ends while a worker is mid-call on a loaded
+# machine (golang/go#75804, fixed in Go 1.27): no input is written and
+# nothing failed. Such a run is retried once; anything else fails at once.
+deadline_race() { # OUT CORPUS_BEFORE CORPUS_AFTER
+	grep -q 'context deadline exceeded' <<<"$1" && ! grep -q 'Failing input written' <<<"$1" && [ "$2" = "$3" ]
+}
 for pkg in $(go list ./...); do
 	dir=$(go list -f '{{.Dir}}' "$pkg")
 	for target in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //' | sort -u); do
 		echo "-- $pkg $target"
-		if ! out=$(go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1); then
-			printf '%s\n' "$out" | tail -n 40
-			echo "fuzz $pkg $target failed (a crasher, if any, is under $dir/testdata/fuzz/$target)" >&2
-			exit 1
+		corpus=$dir/testdata/fuzz/$target
+		before=$(ls "$corpus" 2>/dev/null || true)
+		if fuzz_one "$pkg" "$target"; then continue; fi
+		if deadline_race "$out" "$before" "$(ls "$corpus" 2>/dev/null || true)"; then
+			echo "   ended on the fuzz coordinator's deadline race (golang/go#75804), nothing found: once more"
+			if fuzz_one "$pkg" "$target"; then continue; fi
 		fi
+		printf '%s\n' "$out" | tail -n 40
+		echo "fuzz $pkg $target failed (a crasher, if any, is under $corpus)" >&2
+		exit 1
 	done
 done
 echo "== all tests passed"
