@@ -63,6 +63,7 @@ type slot struct {
 	shapes [][]int  // one per array: [rows, row shape...]
 	picks  []pick   // per sample
 	groups []*group // the distinct shards the batch reads
+	srcs   [][]byte // scratch for copyRows: one array's data in each of groups
 	// refsHeld: the slot holds one reference on each of groups. Guarded
 	// by table.mu.
 	refsHeld bool

@@ -91,26 +91,34 @@ func (l *Loader) zeroCopy(s *slot) bool {
 
 // copyRows copies s's rows into its buffers: one copy per run of
 // consecutive rows of one shard, with the rows a few picks ahead
-// prefetched so that the cache misses of small random rows overlap.
+// prefetched so that the cache misses of small random rows overlap. The
+// copy loops read each shard's data from a flat table (s.srcs) rather than
+// through the groups: the two extra dependent loads per row cost 8–13% of
+// the copy rate of 1 KiB random rows.
 func (l *Loader) copyRows(s *slot) {
 	n := len(s.picks)
 	var copied int64
 	for j, spec := range l.ds.Specs {
+		s.srcs = s.srcs[:0]
+		for _, g := range s.groups {
+			s.srcs = append(s.srcs, g.arrays[j].Data)
+		}
 		rs := l.rowSize[j]
 		dst := s.bufs[j][: n*rs : n*rs]
 		switch rs {
 		case 8:
-			copyWords[uint64](s, j, dst)
+			copyWords[uint64](s.picks, s.srcs, dst)
 		case 4:
-			copyWords[uint32](s, j, dst)
+			copyWords[uint32](s.picks, s.srcs, dst)
 		default:
-			copyRuns(s, j, rs, dst)
+			copyRuns(s.picks, s.srcs, rs, dst)
 		}
 		copied += int64(len(dst))
 		s.shapes[j][0] = n
 		s.batch.Arrays[j] = array.Array{DType: spec.DType, Shape: s.shapes[j], Order: array.C,
 			ByteOrder: spec.ByteOrder, Data: dst}
 	}
+	clear(s.srcs) // the shards may be unmapped once the batch lets go of them
 	l.counters.gathered.Add(copied)
 }
 
@@ -126,38 +134,38 @@ const (
 	prefetchWords = 8
 )
 
-// copyRuns copies array j's rows of s, of rs bytes each, into dst: one
-// copy per run of consecutive rows of one shard.
-func copyRuns(s *slot, j, rs int, dst []byte) {
-	n := len(s.picks)
+// copyRuns copies the rows picks name, of rs bytes each, from srcs (the
+// data of each pick's shard, by pick.g) into dst: one copy per run of
+// consecutive rows of one shard.
+func copyRuns(picks []pick, srcs [][]byte, rs int, dst []byte) {
+	n := len(picks)
 	ahead := rs > 0 && rs <= prefetchRowMax
 	for i := 0; i < n; {
-		p := s.picks[i]
+		p := picks[i]
 		k := i + 1
-		for k < n && s.picks[k].g == p.g && s.picks[k].row == p.row+(k-i) {
+		for k < n && picks[k].g == p.g && picks[k].row == p.row+(k-i) {
 			k++
 		}
 		if ahead && k+prefetchRows-1 < n {
-			q := s.picks[k+prefetchRows-1]
-			prefetch.Bytes(s.groups[q.g].arrays[j].Data[q.row*rs : (q.row+1)*rs])
+			q := picks[k+prefetchRows-1]
+			prefetch.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
 		}
-		src := s.groups[p.g].arrays[j].Data
-		copy(dst[i*rs:k*rs], src[p.row*rs:(p.row+k-i)*rs])
+		copy(dst[i*rs:k*rs], srcs[p.g][p.row*rs:(p.row+k-i)*rs])
 		i = k
 	}
 }
 
-// copyWords copies array j's rows of s, each one T, into dst, a word at
-// a time rather than a memmove call each.
-func copyWords[T uint32 | uint64](s *slot, j int, dst []byte) {
+// copyWords copies the rows picks name, each one T, from srcs into dst, a
+// word at a time rather than a memmove call each.
+func copyWords[T uint32 | uint64](picks []pick, srcs [][]byte, dst []byte) {
 	w := int(unsafe.Sizeof(T(0)))
 	out := unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/w)
-	for i, p := range s.picks {
-		if i+prefetchWords < len(s.picks) {
-			q := s.picks[i+prefetchWords]
-			prefetch.Bytes(s.groups[q.g].arrays[j].Data[q.row*w : (q.row+1)*w])
+	for i, p := range picks {
+		if i+prefetchWords < len(picks) {
+			q := picks[i+prefetchWords]
+			prefetch.Bytes(srcs[q.g][q.row*w : (q.row+1)*w])
 		}
-		src := s.groups[p.g].arrays[j].Data[p.row*w : (p.row+1)*w]
+		src := srcs[p.g][p.row*w : (p.row+1)*w]
 		if w == 8 { // binary loads compile to one move where unaligned loads are allowed
 			out[i] = T(binary.NativeEndian.Uint64(src))
 		} else {
