@@ -14,11 +14,19 @@
 #    cross-core traffic this 2-vCPU VM charges a process spread over both.
 # 3. scripts/bench/torch_peer.py, PyTorch's DataLoader in its recommended
 #    configuration, over the same .npy files in /dev/shm.
+# 4. As root, the 1 KiB warm runs again with the shm tier on a tmpfs mounted
+#    huge=within_size, as scripts/install.sh sets the service up
+#    (dev-shm-cacheagent.mount); unmounted on exit.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=$(mktemp -d)
 data=$(mktemp -d /dev/shm/cacheagent-loader-bench-XXXXXX)
-trap 'rm -rf "$work" "$data"' EXIT
+huge=
+cleanup() {
+	if [ -n "$huge" ]; then umount "$huge" 2>/dev/null || true; fi
+	rm -rf "$work" "$data"
+}
+trap cleanup EXIT
 py=/usr/bin/python3 # Debian's, with python3-torch; not the pyenv one on PATH
 bin=${CACHEAGENT:-}
 if [ -z "$bin" ]; then
@@ -44,9 +52,17 @@ run() {
 }
 run small 524288 1024 256 --policy --cache-frac 0.5 --link-rate 50MB --conns 8 --policy-step 500us
 run big 8192 150528 64
+if [ "$(id -u)" = 0 ]; then
+	mkdir -p "$work/huge"
+	if mount -t tmpfs -o size=4g,huge=within_size tmpfs "$work/huge"; then
+		huge=$work/huge
+		"$bin" bench loader --json --samples 524288 --sample-bytes 1024 --shards 64 --batch 256 --epochs 10 \
+			--one-core --shm-parent "$huge" >"$work/huge.json"
+	fi
+fi
 
 "$py" - "$work" <<'PY'
-import json, sys
+import json, os, sys
 w = sys.argv[1]
 def load(n): return json.load(open(f"{w}/{n}.json"))
 rows = []
@@ -67,12 +83,22 @@ for name, label, target in (("small", "1 KiB", 10), ("big", "150 KB (3x224x224 u
         memcpy = r.get("memcpy_gbps") or go["memcpy_gbps"]
         ratio = r["samples_per_sec"] / torch["samples_per_sec"]
         mark = ""
-        if r["name"].startswith("warm"):
+        if r["name"].startswith("warm") and "one core" not in r["name"]:  # the target is for the default loader
             mark = f" ({'met' if ratio >= target else 'MISSED'}: target {target}x)"
         print(f"| {r['name']} | {r['samples_per_sec']:.0f} | {ratio:.1f}x{mark} | {100 * r['stall_share']:.0f}% "
               f"({100 * r['stall_fetch']:.0f}/{100 * r['stall_promote']:.0f}/{100 * r['stall_gather']:.0f}/"
               f"{100 * r['stall_other']:.0f}) | {r['bytes_read_per_epoch'] / 2**20:.0f} MiB | {r['hit_ratio']:.2f} | "
               f"{r['gather_gbps']:.2f}, {e2e:.2f} | {r['gather_gbps'] / memcpy:.2f} | {e2e / memcpy:.2f} |")
+    if name == "small" and os.path.exists(f"{w}/huge.json"):
+        hp = load("huge")
+        for r in hp["runs"]:
+            e2e = r["samples_per_sec"] * (d["bytes"] / d["samples"]) / 1e9
+            memcpy = r.get("memcpy_gbps") or hp["memcpy_gbps"]
+            print(f"| {r['name']}, huge-page shm tier | {r['samples_per_sec']:.0f} | "
+                  f"{r['samples_per_sec'] / torch['samples_per_sec']:.1f}x | {100 * r['stall_share']:.0f}% "
+                  f"({100 * r['stall_fetch']:.0f}/{100 * r['stall_promote']:.0f}/{100 * r['stall_gather']:.0f}/"
+                  f"{100 * r['stall_other']:.0f}) | {r['bytes_read_per_epoch'] / 2**20:.0f} MiB | {r['hit_ratio']:.2f} | "
+                  f"{r['gather_gbps']:.2f}, {e2e:.2f} | {r['gather_gbps'] / memcpy:.2f} | {e2e / memcpy:.2f} |")
     pol = [r for r in go["runs"] if not r["name"].startswith("warm")]
     if len(pol) == 2:
         lru, cv = pol
