@@ -162,6 +162,9 @@ func (f *Feed) State() loader.State { return f.l.State() }
 // BatchesPerEpoch returns the number of batches per epoch.
 func (f *Feed) BatchesPerEpoch() int { return f.l.BatchesPerEpoch() }
 
+// Workers returns the number of the loader's gathering goroutines.
+func (f *Feed) Workers() int { return f.l.Workers() }
+
 // Stats counts what the Feed copied and where its consumer waited. The
 // durations are totals since New.
 type Stats struct {

@@ -202,6 +202,10 @@ func (l *Loader) newBuffer(n int) ([]byte, error) {
 // for every rank.
 func (l *Loader) BatchesPerEpoch() int { return l.perEpoch }
 
+// Workers returns the number of gathering goroutines: Config.Workers, or
+// its default.
+func (l *Loader) Workers() int { return l.cfg.Workers }
+
 // PlanID returns the id of the plan announced to Config.Planner.
 func (l *Loader) PlanID() string { return l.planID }
 

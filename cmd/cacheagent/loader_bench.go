@@ -412,13 +412,6 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
 	run, err := measure(ctx, c, cfg, dev, bytes, 1, 0)
 	run.Name = "warm " + mode
-	run.Procs, run.Workers = runtime.GOMAXPROCS(0), cfg.Workers
-	if run.Workers == 0 {
-		run.Workers = min(runtime.GOMAXPROCS(0), loader.DefaultPrefetch)
-		if cfg.Prefetch > 0 {
-			run.Workers = min(runtime.GOMAXPROCS(0), cfg.Prefetch)
-		}
-	}
 	return run, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"text/tabwriter"
 	"time"
@@ -97,8 +98,8 @@ type benchLoaderRun struct {
 	GatherGBps     float64 `json:"gather_gbps"`
 	GatherVsMemcpy float64 `json:"gather_vs_memcpy,omitempty"`
 	MemcpyGBps     float64 `json:"memcpy_gbps,omitempty"`
-	// Procs is GOMAXPROCS and Workers the gathering goroutines during the
-	// run (warm runs).
+	// Procs is GOMAXPROCS and Workers the loader's gathering goroutines
+	// during the run.
 	Procs         int     `json:"procs,omitempty"`
 	Workers       int     `json:"workers,omitempty"`
 	ZeroCopyShare float64 `json:"zero_copy_share"`
@@ -120,6 +121,7 @@ type benchReader interface {
 	// that releases it, once the batch is usable (on the device: copied).
 	next(ctx context.Context) (index int, release func(), err error)
 	BatchesPerEpoch() int
+	Workers() int
 	// snap returns the loader's stats and the feed's (zero without one).
 	snap() (loader.Stats, gpufeed.Stats)
 	Close() error
@@ -183,6 +185,7 @@ func measure(ctx context.Context, c *benchCache, cfg loader.Config, dev gpu.Devi
 		ls, fs := r.snap()
 		return mark{time.Now(), ls, fs, c.cache.Stats().BytesFetched}
 	}
+	run.Procs, run.Workers = runtime.GOMAXPROCS(0), r.Workers()
 	marks := []mark{snap()} // at each epoch boundary, between Next calls
 	for per := r.BatchesPerEpoch(); ; {
 		index, release, err := r.next(ctx)
