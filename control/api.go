@@ -94,11 +94,13 @@ type TierStatus struct {
 // FetchStatus describes the downloader.
 type FetchStatus struct {
 	// Connections is the connection budget; ConnsInUse the slots in use;
-	// WaitingSlices the slices queued for a slot.
-	Connections   int   `json:"connections"`
-	ConnsInUse    int   `json:"conns_in_use"`
-	WaitingSlices int   `json:"waiting_slices"`
-	SliceBytes    int64 `json:"slice_bytes"`
+	// WaitingSlices the slices queued for a slot; SmallConnsInUse the
+	// small-object lane's slots in use.
+	Connections     int   `json:"connections"`
+	ConnsInUse      int   `json:"conns_in_use"`
+	WaitingSlices   int   `json:"waiting_slices"`
+	SmallConnsInUse int   `json:"small_conns_in_use"`
+	SliceBytes      int64 `json:"slice_bytes"`
 	// Objects and Failures count finished downloads; Bytes the bytes
 	// written; Ranges the range reads opened.
 	Objects  int64 `json:"objects"`

@@ -21,6 +21,7 @@ const (
 	DefaultMetricsListen = "127.0.0.1:9464"
 	DefaultConnections   = 64
 	DefaultSlice         = 32 << 20
+	DefaultSmallObject   = 1 << 20 // fetch.DefaultSmallObjectSize
 	DefaultRevalidate    = time.Minute
 	DefaultGPU           = "auto"
 	// MetricsOff as metrics.listen turns the metrics server off.
@@ -97,6 +98,13 @@ type FetchConfig struct {
 	Connections int `yaml:"connections"`
 	// Slice is the size of the ranges an object is split into. Default 32MiB.
 	Slice Size `yaml:"slice"`
+	// SmallObject is the size up to which an object is read on the
+	// small-object lane (fetch.Config.SmallObjectSize). Default 1MiB.
+	SmallObject Size `yaml:"small_object"`
+	// SmallConnections is the small-object lane's budget of range reads,
+	// beside Connections; 0 means as many as Connections (following it on
+	// reload), negative turns the lane off.
+	SmallConnections int `yaml:"small_connections"`
 	// Revalidate is how long a cached generation is served before the
 	// source is asked again. Default 1m; negative means never.
 	Revalidate Duration `yaml:"revalidate"`
@@ -293,6 +301,10 @@ func (c Config) check() *fieldError {
 		return bad(fmt.Sprintf("%d is out of range [1, 65536]", c.Fetch.Connections), "fetch", "connections")
 	case c.Fetch.Slice < 0 || c.Fetch.Slice > 1<<34:
 		return bad(fmt.Sprintf("%s is out of range (at most 16GiB)", c.Fetch.Slice), "fetch", "slice")
+	case c.Fetch.SmallObject < 0 || c.Fetch.SmallObject > 1<<34:
+		return bad(fmt.Sprintf("%s is out of range (at most 16GiB)", c.Fetch.SmallObject), "fetch", "small_object")
+	case c.Fetch.SmallConnections > 1<<16:
+		return bad(fmt.Sprintf("%d is out of range (at most 65536)", c.Fetch.SmallConnections), "fetch", "small_connections")
 	case strings.ContainsRune(c.Control.Socket, 0) || len(c.Control.Socket) > 104:
 		return bad("not a usable socket path (at most 104 bytes)", "control", "socket")
 	}
@@ -318,6 +330,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Fetch.Slice == 0 {
 		c.Fetch.Slice = DefaultSlice
+	}
+	if c.Fetch.SmallObject == 0 {
+		c.Fetch.SmallObject = DefaultSmallObject
 	}
 	if c.Fetch.Revalidate == 0 {
 		c.Fetch.Revalidate = Duration(DefaultRevalidate)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -15,7 +16,7 @@ sources: [{uri: gs://bucket/prefix, warm: true}, {uri: gs://other}]
 tiers:
   disk: {dir: /mnt/disks/local-ssd/cacheagent, max: 300GiB}
   shm:  {dir: /dev/shm/cacheagent, max: 32GiB}
-fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s}
+fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s, small_object: 256KiB, small_connections: 8}
 mount: {path: /mnt/gcs}
 control: {socket: /run/cacheagent/control.sock}
 metrics: {listen: 127.0.0.1:9464}
@@ -27,7 +28,7 @@ gpu: auto
 	}
 	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != "gs://other" ||
 		c.Tiers.Disk.Max != 300<<30 || c.Tiers.Shm.Max != 32<<30 || c.Fetch.Slice != 32<<20 ||
-		c.Fetch.Connections != 64 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
+		c.Fetch.Connections != 64 || c.Fetch.SmallObject != 256<<10 || c.Fetch.SmallConnections != 8 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
 		c.Mount.Path != "/mnt/gcs" || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" {
 		t.Errorf("ParseConfig(full) = %+v", c)
 	}
@@ -52,6 +53,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"sources:\n  - uri: gs://b/p\n  - uri: gs://b/p\n", "listed twice"},
 		{"fetch:\n  connections: -4\n", "line 2: fetch.connections"},
 		{"fetch:\n  connections: many\n", "line 2"},
+		{"fetch:\n  small_connections: 70000\n", "line 2: fetch.small_connections"},
+		{"fetch:\n  small_object: -1MiB\n", "line 2"},
 		{"gpu: tpu\n", "line 1: gpu"},
 		{"tiers:\n  shm: {max: 1GiB}\n", "tiers.shm.max"},
 		{"gpu: auto\n---\ngpu: none\n", "more than one YAML document"},
@@ -64,6 +67,30 @@ func TestParseConfigErrors(t *testing.T) {
 		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseConfig(%q) = %v; want an ErrConfig containing %q", tc.in, err, tc.want)
 		}
+	}
+}
+
+// The fetch section reaches the downloader: the small-object lane on by
+// default, sized by small_connections, off when that is negative.
+func TestDownloaderConfig(t *testing.T) {
+	def := Config{}.WithDefaults().Fetch
+	for _, tc := range []struct {
+		name  string
+		small int
+		want  fetch.Config
+	}{
+		{"default", 0, fetch.Config{SliceSize: DefaultSlice, Connections: DefaultConnections, SmallObjectSize: DefaultSmallObject}},
+		{"sized", 4, fetch.Config{SliceSize: DefaultSlice, Connections: DefaultConnections, SmallObjectSize: DefaultSmallObject, SmallConnections: 4}},
+		{"off", -1, fetch.Config{SliceSize: DefaultSlice, Connections: DefaultConnections, SmallObjectSize: fetch.NoSmallLane}},
+	} {
+		f := def
+		f.SmallConnections = tc.small
+		if got := downloaderConfig(f); got != tc.want {
+			t.Errorf("%s: downloaderConfig = %+v; want %+v", tc.name, got, tc.want)
+		}
+	}
+	if DefaultSmallObject != fetch.DefaultSmallObjectSize {
+		t.Errorf("DefaultSmallObject %d != fetch.DefaultSmallObjectSize %d", DefaultSmallObject, fetch.DefaultSmallObjectSize)
 	}
 }
 

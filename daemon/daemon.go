@@ -108,13 +108,23 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	return d, nil
 }
 
+// downloaderConfig maps the fetch section onto the downloader's settings.
+func downloaderConfig(f FetchConfig) fetch.Config {
+	c := fetch.Config{SliceSize: int64(f.Slice), Connections: f.Connections,
+		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0)}
+	if f.SmallConnections < 0 {
+		c.SmallObjectSize = fetch.NoSmallLane
+	}
+	return c
+}
+
 // openCache creates the source, the downloader, the metrics and the cache.
 func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: cfg.Fetch.Endpoint})
 	if err != nil {
 		return err
 	}
-	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: int64(cfg.Fetch.Slice), Connections: cfg.Fetch.Connections})
+	dl, err := fetch.NewDownloader(src, downloaderConfig(cfg.Fetch))
 	if err != nil {
 		src.Close()
 		return err

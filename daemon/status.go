@@ -150,7 +150,7 @@ func (d *Daemon) status() control.Status {
 		Socket: cfg.Control.Socket, MetricsAddr: d.MetricsAddr(), CacheDir: cfg.Tiers.Disk.Dir,
 		Tiers: TierStatuses(cfg.Tiers.Disk.Dir, cfg.Tiers.Shm.Dir, d.stats.get()),
 		Fetch: &control.FetchStatus{Connections: cfg.Fetch.Connections, ConnsInUse: fs.Conns,
-			WaitingSlices: fs.Waiting, SliceBytes: int64(cfg.Fetch.Slice), Objects: fs.Objects,
+			WaitingSlices: fs.Waiting + fs.SmallWaiting, SmallConnsInUse: fs.SmallConns, SliceBytes: int64(cfg.Fetch.Slice), Objects: fs.Objects,
 			Failures: fs.Failures, Bytes: fs.Bytes, Ranges: fs.Ranges, Retries: retries,
 			CRCFailures: fs.CRCFailures, Stalls: fs.Stalls},
 		Jobs:     d.jobs.counts(),

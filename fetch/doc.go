@@ -34,6 +34,11 @@
 // that half outlasts twice the average time to first byte, so the last
 // downloads finish on every connection.
 //
+// Objects of at most Config.SmallObjectSize bytes are read on a lane of
+// Config.SmallConnections slots of their own: their time to first byte is
+// as long as their body or longer, and a connection held for it would carry
+// nearly nothing. The lane never splits ranges.
+//
 // Every range's length is checked (a body that ends early is ErrShortRead,
 // one that runs long is an error). A failed range is retried with
 // exponential backoff and full jitter on 429, 408, 5xx, transport errors,

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,11 @@ const (
 	DefaultBackoffInitial = 100 * time.Millisecond
 	DefaultBackoffMax     = 10 * time.Second
 	DefaultStallTimeout   = 20 * time.Second
+	// DefaultSmallObjectSize is the default Config.SmallObjectSize.
+	DefaultSmallObjectSize = 1 << 20
+	// NoSmallLane, as Config.SmallObjectSize, reads every object under
+	// Connections.
+	NoSmallLane = -1
 )
 
 // Config tunes a Downloader. The zero value of each field selects its
@@ -42,12 +48,24 @@ type Config struct {
 	// StallTimeout aborts and retries a range that receives no bytes for
 	// this long, time to first byte included. Default 20s.
 	StallTimeout time.Duration
+	// SmallObjectSize is the size up to which an object is small: its
+	// first byte takes about as long to come as its body to stream, so
+	// one of the Connections held for it would carry almost nothing for
+	// the whole time to first byte. Small objects are read on a lane of
+	// SmallConnections slots of their own, beside the Connections; the
+	// lane never splits ranges. Default 1 MiB; NoSmallLane turns the lane
+	// off.
+	SmallObjectSize int64
+	// SmallConnections is the small-object lane's budget of concurrent
+	// range reads. Default: Connections, following SetConnections.
+	SmallConnections int
 }
 
 // withDefaults validates c and fills in its zero fields.
 func (c Config) withDefaults() (Config, error) {
 	if c.SliceSize < 0 || c.Connections < 0 || c.MaxAttempts < 0 ||
-		c.BackoffInitial < 0 || c.BackoffMax < 0 || c.StallTimeout < 0 {
+		c.BackoffInitial < 0 || c.BackoffMax < 0 || c.StallTimeout < 0 ||
+		c.SmallObjectSize < NoSmallLane || c.SmallConnections < 0 {
 		return c, fmt.Errorf("fetch: invalid config %+v: negative value", c)
 	}
 	if c.SliceSize == 0 {
@@ -68,6 +86,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.StallTimeout == 0 {
 		c.StallTimeout = DefaultStallTimeout
 	}
+	if c.SmallObjectSize == 0 {
+		c.SmallObjectSize = DefaultSmallObjectSize
+	}
 	if c.BackoffMax < c.BackoffInitial {
 		return c, fmt.Errorf("fetch: invalid config: BackoffMax %v < BackoffInitial %v", c.BackoffMax, c.BackoffInitial)
 	}
@@ -83,6 +104,10 @@ type Downloader struct {
 	src Source
 	cfg Config
 	sem *connSem
+	// small is the small-object lane (nil: none); smallAuto, that its
+	// budget follows the connection budget.
+	small     *connSem
+	smallAuto bool
 
 	tickets atomic.Uint64 // Fetch start order, for FIFO within a priority
 	stats   counters
@@ -125,23 +150,44 @@ func NewDownloader(src Source, cfg Config) (*Downloader, error) {
 		return nil, err
 	}
 	d := &Downloader{src: src, cfg: cfg, sem: sem, inflight: make(map[*slice]*download)}
+	if cfg.SmallObjectSize != NoSmallLane {
+		d.smallAuto = cfg.SmallConnections == 0
+		if d.small, err = newConnSem(cmp.Or(cfg.SmallConnections, cfg.Connections)); err != nil {
+			return nil, err
+		}
+	}
 	d.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return d, nil
 }
 
-// SetConnections changes the connection budget to n (at least 1). More
+// SetConnections changes the connection budget to n (at least 1), and the
+// small-object lane's with it unless Config.SmallConnections set that. More
 // slots are granted at once; fewer take effect as range reads finish.
 func (d *Downloader) SetConnections(n int) error {
 	if err := d.sem.setLimit(n); err != nil {
 		return fmt.Errorf("fetch: set connections to %d: %w", n, err)
 	}
+	if d.smallAuto {
+		return d.small.setLimit(n) // cannot fail: n is valid
+	}
 	return nil
+}
+
+// lane returns the connection budget an object of size bytes is read under.
+func (d *Downloader) lane(size int64) *connSem {
+	if d.small != nil && size <= d.cfg.SmallObjectSize {
+		return d.small
+	}
+	return d.sem
 }
 
 // Stats returns a snapshot of the Downloader's counters.
 func (d *Downloader) Stats() Stats {
 	s := d.stats.snapshot()
 	s.Conns, s.Waiting = d.sem.counts()
+	if d.small != nil {
+		s.SmallConns, s.SmallWaiting = d.small.counts()
+	}
 	return s
 }
 
@@ -218,13 +264,13 @@ func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u 
 	sctx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
 	var wg sync.WaitGroup
-	dl := &download{o: a.Object, dst: dst, u: u, order: order, ctx: sctx, abort: abort, wg: &wg}
+	dl := &download{o: a.Object, dst: dst, u: u, order: order, sem: d.lane(a.Size), ctx: sctx, abort: abort, wg: &wg}
 	for i := range n {
 		off := i * d.cfg.SliceSize
 		s := &slice{off: off, n: min(d.cfg.SliceSize, a.Size-off)}
 		// One slot per slice, taken here so that a download queues at most
 		// one waiter at a time and starts no goroutine it cannot feed.
-		if d.sem.acquire(sctx, u, order) != nil {
+		if dl.sem.acquire(sctx, u, order) != nil {
 			break
 		}
 		dl.add(s)

@@ -21,6 +21,8 @@ func TestNewDownloaderConfig(t *testing.T) {
 		{BackoffInitial: -time.Second},
 		{StallTimeout: -time.Second},
 		{BackoffInitial: time.Second, BackoffMax: time.Millisecond},
+		{SmallObjectSize: -2},
+		{SmallConnections: -1},
 	}
 	for _, cfg := range bad {
 		if _, err := NewDownloader(d, cfg); err == nil {
@@ -32,7 +34,7 @@ func TestNewDownloaderConfig(t *testing.T) {
 	}
 	dl := newDownloader(t, d, Config{})
 	want := Config{DefaultSliceSize, DefaultConnections, DefaultMaxAttempts,
-		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout}
+		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout, DefaultSmallObjectSize, 0}
 	if dl.cfg != want {
 		t.Errorf("defaults = %+v; want %+v", dl.cfg, want)
 	}
@@ -204,6 +206,7 @@ func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, r
 	src := newGatedSource(dir)
 	cfg := fastConfig()
 	cfg.Connections = 1
+	cfg.SmallObjectSize = NoSmallLane // the objects are small; the order is the main lane's
 	d := newDownloader(t, src, cfg)
 	enqueued := make(chan struct{}, len(names))
 	d.sem.onEnqueue = func() { enqueued <- struct{}{} }

@@ -40,21 +40,29 @@ func (e *dstError) Error() string { return "write destination: " + e.err.Error()
 func (e *dstError) Unwrap() error { return e.err }
 
 // fetchSlice fetches s for dl, retrying failed attempts, and resumes each
-// retry where the last one stopped. It is called holding one connection
-// slot and releases it before returning (or hands it to a range it splits
-// off another, see steal); it gives the slot back while it backs off. On
-// failure it calls dl.abort with its error before freeing the slot.
+// retry where the last one stopped. It is called holding one slot of dl's
+// lane and releases it before returning (or, on the main lane, hands it to
+// a range it splits off another, see steal); it gives the slot back while
+// it backs off. On failure it calls dl.abort with its error before freeing
+// the slot.
 func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 	ctx, u := dl.ctx, dl.u
 	held := true
-	d.track(s, dl)
+	// Only the main lane splits ranges: a small object's slot taking on
+	// half a large range would be one more large stream.
+	main := dl.sem == d.sem
+	if main {
+		d.track(s, dl)
+	}
 	defer func() {
-		d.untrack(s)
+		if main {
+			d.untrack(s)
+		}
 		if err != nil {
 			dl.abort(err)
 		}
 		if held {
-			d.sem.release()
+			dl.sem.release()
 		}
 	}()
 	failures := 0
@@ -62,7 +70,7 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 		before, _ := s.state()
 		err := d.readRange(ctx, dl.o, s, dl.dst)
 		if err == nil {
-			held = !d.steal()
+			held = !main || !d.steal()
 			return nil
 		}
 		if done, _ := s.state(); done > before {
@@ -82,12 +90,12 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 			return fmt.Errorf("%s: giving up after %d attempts without progress: %w", s, failures, err)
 		}
 		d.stats.retries[cause].Add(1)
-		d.sem.release()
+		dl.sem.release()
 		held = false
 		if err := sleepCtx(ctx, backoff(failures, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
 			return err
 		}
-		if err := d.sem.acquire(ctx, u, dl.order); err != nil {
+		if err := dl.sem.acquire(ctx, u, dl.order); err != nil {
 			return err
 		}
 		held = true

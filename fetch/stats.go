@@ -28,6 +28,8 @@ type Stats struct {
 	Conns int
 	// Waiting is the number of slices waiting for a connection slot.
 	Waiting int
+	// SmallConns and SmallWaiting are the same for the small-object lane.
+	SmallConns, SmallWaiting int
 }
 
 // counters are the live values behind Stats.

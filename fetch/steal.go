@@ -40,6 +40,7 @@ type download struct {
 	dst   io.WriterAt
 	u     *Urgency
 	order uint64
+	sem   *connSem // the lane its ranges hold slots of
 	ctx   context.Context
 	abort context.CancelCauseFunc
 	wg    *sync.WaitGroup // waited for by fetchOnce; a split adds to it

@@ -33,6 +33,9 @@ func newStealEnv(t *testing.T, conns int, plan emulator.FaultPlan) *stealEnv {
 	e.small = withCRC(putObject(t, s, g, "bkt", "small", e.smallData), e.smallData)
 	cfg := fastConfig()
 	cfg.SliceSize, cfg.Connections = 64<<20, conns
+	// The small object holds a connection like the big one: its slot is
+	// the one that frees up first.
+	cfg.SmallObjectSize = NoSmallLane
 	e.d = newDownloader(t, g, cfg)
 	return e
 }

@@ -88,6 +88,8 @@ var (
 	fetchConns   = desc("cacheagent_fetch_connections", "Connection slots in use.")
 	fetchLimit   = desc("cacheagent_fetch_connections_limit", "Connection budget.")
 	fetchWaiting = desc("cacheagent_fetch_waiting_slices", "Slices waiting for a connection slot (all priorities).")
+	fetchSmall   = desc("cacheagent_fetch_small_connections", "Small-object lane slots in use.")
+	fetchSmallW  = desc("cacheagent_fetch_small_waiting", "Small objects waiting for a small-object lane slot.")
 )
 
 // retryCauses are every fetch.RetryCause, for labels.
@@ -101,7 +103,7 @@ type fetchCollector struct {
 
 func (c *fetchCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fetchBytes, fetchObjects, fetchRanges, fetchRetries, fetchCRC,
-		fetchStalls, fetchSplits, fetchConns, fetchLimit, fetchWaiting} {
+		fetchStalls, fetchSplits, fetchConns, fetchLimit, fetchWaiting, fetchSmall, fetchSmallW} {
 		ch <- d
 	}
 }
@@ -129,6 +131,8 @@ func (c *fetchCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(fetchSplits, s.Splits)
 	ch <- prometheus.MustNewConstMetric(fetchConns, prometheus.GaugeValue, float64(s.Conns))
 	ch <- prometheus.MustNewConstMetric(fetchWaiting, prometheus.GaugeValue, float64(s.Waiting))
+	ch <- prometheus.MustNewConstMetric(fetchSmall, prometheus.GaugeValue, float64(s.SmallConns))
+	ch <- prometheus.MustNewConstMetric(fetchSmallW, prometheus.GaugeValue, float64(s.SmallWaiting))
 }
 
 // Queue and daemon series.

@@ -73,8 +73,8 @@ func printStatus(w io.Writer, rep statusReport) error {
 		return err
 	}
 	if f := rep.Fetch; f != nil {
-		fmt.Fprintf(w, "fetch: %d/%d connections, %d slices waiting; %d objects, %s, %d failures, %d CRC failures\n",
-			f.ConnsInUse, f.Connections, f.WaitingSlices, f.Objects, humanize.IBytes(uint64(f.Bytes)),
+		fmt.Fprintf(w, "fetch: %d/%d connections (+%d for small objects), %d slices waiting; %d objects, %s, %d failures, %d CRC failures\n",
+			f.ConnsInUse, f.Connections, f.SmallConnsInUse, f.WaitingSlices, f.Objects, humanize.IBytes(uint64(f.Bytes)),
 			f.Failures, f.CRCFailures)
 	}
 	if rep.PID != 0 {

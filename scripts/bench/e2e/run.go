@@ -47,6 +47,12 @@ type setupRecord struct {
 	// IdealSec is Bytes / (Connections × BytesPerSec): the epoch time of a
 	// reader limited only by the link.
 	IdealSec float64 `json:"ideal_sec"`
+	// SmallObjects and SmallBytes count the objects of at most SmallMax
+	// bytes, which the daemon reads on its small-object lane, beside its
+	// Connections (fetch.Config.SmallObjectSize).
+	SmallObjects int   `json:"small_objects"`
+	SmallBytes   int64 `json:"small_bytes"`
+	SmallMax     int64 `json:"small_max"`
 	// CeilingSec is how long Connections plain streams took to copy the
 	// dataset to nowhere over the same path with the link unshaped: what
 	// this machine can move at all (0: not measured).
@@ -205,8 +211,13 @@ func (rc *runConfig) setup(ds loader.Dataset, objs []fetch.Attrs, sh linkshape.S
 		FirstByteMS: float64(sh.FirstByte) / float64(time.Millisecond)}
 	rows, n := ds.Rows()
 	s.Shards, s.Samples = len(rows), n
+	s.SmallMax = fetch.DefaultSmallObjectSize
 	for _, a := range objs {
 		s.Bytes += a.Size
+		if a.Size <= s.SmallMax {
+			s.SmallObjects++
+			s.SmallBytes += a.Size
+		}
 	}
 	if sh.BytesPerSec > 0 {
 		s.IdealSec = float64(s.Bytes) / (float64(rc.connections) * float64(sh.BytesPerSec))

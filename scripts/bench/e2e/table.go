@@ -64,6 +64,13 @@ func (r *results) markdown() (string, error) {
 	w("Dataset: %d shards (%d objects, .npy x and y), %d samples, %.0f MiB. Go loader: batch %d, shard-window "+
 		"shuffle, %d epochs per reader, every batch checked against the sample ids.\n",
 		s.Shards, s.Objects, s.Samples, float64(s.Bytes)/(1<<20), s.Batch, s.Epochs)
+	if s.SmallObjects > 0 {
+		w("The daemon reads the %d objects of at most %d KiB (%.2f MB, %.2f%% of the bytes) on its small-object lane, up to "+
+			"%d more connections beside the %d (`fetch.small_connections`, default as many): their time to first byte "+
+			"would otherwise idle a connection each. The ideal counts the %d, which carry the rest.\n",
+			s.SmallObjects, s.SmallMax>>10, float64(s.SmallBytes)/1e6, 100*float64(s.SmallBytes)/float64(s.Bytes),
+			s.Connections, s.Connections, s.Connections)
+	}
 	for _, n := range r.notes {
 		w("%s\n", n)
 	}
