@@ -72,7 +72,7 @@ func TestParseConfigErrors(t *testing.T) {
 
 // The fetch section reaches the downloader: the small-object lane on by
 // default, sized by small_connections, off when that is negative.
-func TestDownloaderConfig(t *testing.T) {
+func TestFetchConfigDownloader(t *testing.T) {
 	def := Config{}.WithDefaults().Fetch
 	for _, tc := range []struct {
 		name  string
@@ -85,8 +85,8 @@ func TestDownloaderConfig(t *testing.T) {
 	} {
 		f := def
 		f.SmallConnections = tc.small
-		if got := downloaderConfig(f); got != tc.want {
-			t.Errorf("%s: downloaderConfig = %+v; want %+v", tc.name, got, tc.want)
+		if got := f.Downloader(); got != tc.want {
+			t.Errorf("%s: Downloader() = %+v; want %+v", tc.name, got, tc.want)
 		}
 	}
 	if DefaultSmallObject != fetch.DefaultSmallObjectSize {

@@ -108,8 +108,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	return d, nil
 }
 
-// downloaderConfig maps the fetch section onto the downloader's settings.
-func downloaderConfig(f FetchConfig) fetch.Config {
+// Downloader maps the fetch section onto a downloader's settings: the
+// daemon's and the CLI's in-process agents use it alike.
+func (f FetchConfig) Downloader() fetch.Config {
 	c := fetch.Config{SliceSize: int64(f.Slice), Connections: f.Connections,
 		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0)}
 	if f.SmallConnections < 0 {
@@ -124,7 +125,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	dl, err := fetch.NewDownloader(src, downloaderConfig(cfg.Fetch))
+	dl, err := fetch.NewDownloader(src, cfg.Fetch.Downloader())
 	if err != nil {
 		src.Close()
 		return err

@@ -177,8 +177,9 @@ func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) (e
 		humanize.Bytes(uint64(dc.linkRate)))
 	fmt.Fprintf(w, "direct GCS: no cache; every epoch reads each shard whole, one stream per shard, %d shards at a time\n",
 		dc.connections)
-	fmt.Fprintf(w, "agent: %d connections, %s slices; a prefetch in the loader's order runs alongside it\n",
-		dc.connections, humanize.IBytes(uint64(opts.config().Fetch.Slice)))
+	fmt.Fprintf(w, "agent: %d connections, %s slices, objects up to %s on a lane of their own; "+
+		"a prefetch in the loader's order runs alongside it\n", dc.connections,
+		humanize.IBytes(uint64(opts.config().Fetch.Slice)), humanize.IBytes(uint64(opts.config().Fetch.SmallObject)))
 	fmt.Fprintf(w, "cache: disk %s, shm %s\n", dirs.cache, orNone(dirs.shm))
 	fmt.Fprintf(w, "loader: batches of %d, shard-window shuffle; the consumer %s\n\n", dc.batch, consumerNote(dc.step))
 

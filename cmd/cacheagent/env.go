@@ -29,10 +29,7 @@ func openAgent(ctx context.Context, opts *options) (*agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	dl, err := fetch.NewDownloader(src, fetch.Config{
-		SliceSize:   int64(cfg.Fetch.Slice),
-		Connections: cfg.Fetch.Connections,
-	})
+	dl, err := fetch.NewDownloader(src, cfg.Fetch.Downloader())
 	if err != nil {
 		src.Close()
 		return nil, err
