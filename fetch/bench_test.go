@@ -126,6 +126,27 @@ func sliceBound(n int64) float64 {
 	return transfer / (gcsLink.FirstByte.Seconds() + transfer)
 }
 
+// BenchmarkOneObject fetches one 30 MiB object (one default slice) over the
+// shaped link with 8 connections and nothing else in flight, against the
+// same fetch with one connection in the same run: ratio is how much faster
+// spreading its range over the idle connections makes it.
+func BenchmarkOneObject(b *testing.B) {
+	set := newBenchSet(b, 1, 30<<20)
+	set.s.SetShape(gcsLink)
+	d := newDownloader(b, set.g, Config{Connections: 8})
+	d1 := newDownloader(b, set.g, Config{Connections: 1})
+	var spread, one time.Duration
+	for b.Loop() {
+		spread += set.fetchAll(b, d)
+		one += set.fetchAll(b, d1)
+	}
+	n := int64(b.N) * set.bytes
+	b.ReportMetric(mbps(n, spread), "MB/s")
+	b.ReportMetric(mbps(n, one), "one-connection-MB/s")
+	b.ReportMetric(one.Seconds()/spread.Seconds(), "ratio")
+	b.ReportMetric(float64(d.Stats().Splits)/float64(b.N), "splits/op")
+}
+
 // BenchmarkManySmall: 1000 × 256 KiB objects on the shaped link, fetched
 // concurrently under a budget of 64 connections, against one sequential
 // reader (one Fetch at a time) on a sample of them. The small-object lane

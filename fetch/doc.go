@@ -32,7 +32,10 @@
 // connection freed while no slice waits does not idle: it splits the
 // in-flight range with the most time left and fetches its second half, if
 // that half outlasts twice the average time to first byte, so the last
-// downloads finish on every connection.
+// downloads finish on every connection. Likewise, once a range has been
+// receiving long enough for its rate to be known, connections free at that
+// moment split the ranges in flight, so one object alone on the Downloader
+// does not stream on one connection.
 //
 // Objects of at most Config.SmallObjectSize bytes are read on a lane of
 // Config.SmallConnections slots of their own: their time to first byte is

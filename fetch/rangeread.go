@@ -140,6 +140,8 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 		buf = *bp
 	}
 
+	var first time.Time // when this attempt's first byte came
+	spread := asked < minSteal
 	for {
 		done, n := s.state()
 		if done >= n {
@@ -147,9 +149,15 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 		}
 		m, rerr := r.Read(buf[:min(int64(len(buf)), n-done)])
 		if m > 0 && done == start {
-			now := time.Now()
-			d.observeTTFB(now.Sub(requested))
-			s.receiving(now)
+			first = time.Now()
+			d.observeTTFB(first.Sub(requested))
+			s.receiving(first)
+		}
+		if m > 0 && !spread && time.Since(first) >= minRateSample {
+			// The rates are known now: connections idle meanwhile take
+			// their share of the ranges in flight, this one included.
+			spread = true
+			d.spread()
 		}
 		if m > 0 {
 			// A split may have shortened s since: never write past its end

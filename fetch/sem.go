@@ -130,6 +130,18 @@ func (s *connSem) setLimit(n int) error {
 	return nil
 }
 
+// tryAcquire takes a slot if one is free and no one waits for it (by the
+// invariant, no one does while a slot is free).
+func (s *connSem) tryAcquire() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiters) > 0 || s.used >= s.limit {
+		return false
+	}
+	s.used++
+	return true
+}
+
 // idle reports whether a slot released now would go unused: no one waits,
 // and the budget has not shrunk below the slots in use.
 func (s *connSem) idle() bool {

@@ -213,6 +213,40 @@ func TestSemAcquireBlocks(t *testing.T) {
 	})
 }
 
+// tryAcquire takes a free slot and never one past the limit.
+func TestSemTryAcquire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := mustSem(t, 2)
+		if !s.tryAcquire() || !s.tryAcquire() {
+			t.Fatal("tryAcquire failed with slots free")
+		}
+		if s.tryAcquire() {
+			t.Fatal("tryAcquire took a slot past the limit")
+		}
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := s.acquire(context.Background(), NewUrgency(Warm), 0); err != nil {
+				t.Error(err)
+			}
+		})
+		synctest.Wait() // queued
+		if err := s.setLimit(3); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait() // the waiter got the new slot
+		if s.tryAcquire() {
+			t.Error("tryAcquire took a slot past the grown limit")
+		}
+		s.release()
+		if !s.tryAcquire() {
+			t.Error("tryAcquire failed after a release")
+		}
+		if used, waiting := s.counts(); used != 3 || waiting != 0 {
+			t.Errorf("counts = %d used, %d waiting; want 3, 0", used, waiting)
+		}
+	})
+}
+
 // TestSemStress hammers the semaphore with random priorities, raises and
 // cancellations, checking the limit is never exceeded and nothing leaks.
 func TestSemStress(t *testing.T) {

@@ -121,6 +121,20 @@ func (d *Downloader) steal() bool {
 	return true
 }
 
+// spread hands every connection slot that is free while nothing waits to a
+// range split off the range in flight with the most time left (see
+// steal), until no split is worth its time to first byte. Without it, one
+// object on an idle Downloader (a single read through the mount, say) would
+// stream on one connection until its first range finished.
+func (d *Downloader) spread() {
+	for d.sem.tryAcquire() {
+		if !d.steal() {
+			d.sem.release()
+			return
+		}
+	}
+}
+
 // worthSplitting reports whether a range with left time to go (at its own
 // rate) should be split, given the average time to first byte.
 func worthSplitting(left, ttfb time.Duration) bool {

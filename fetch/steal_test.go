@@ -118,6 +118,21 @@ func TestStealWithShortReads(t *testing.T) {
 	}
 }
 
+// One object alone on an idle Downloader spreads over its connections as
+// soon as its rate is known, instead of streaming on one until it ends.
+func TestSpreadOneObject(t *testing.T) {
+	e := newStealEnv(t, 4, nil)
+	got, err := fetchFile(t, e.d, e.big, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBytes(t, "big", got, e.bigData)
+	checkNoFetchGoroutines(t)
+	if st := e.d.Stats(); st.Splits < 2 || st.Conns != 0 {
+		t.Errorf("stats %+v: want the object split over the idle connections; ranges %q", st, e.ranges.all())
+	}
+}
+
 // With a download waiting for the freed connection, it gets it: no split.
 func TestStealNotWhileWaiting(t *testing.T) {
 	e := newStealEnv(t, 1, nil)
