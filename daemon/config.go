@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // Defaults for zero Config fields (see Config.WithDefaults).
@@ -21,7 +22,7 @@ const (
 	DefaultMetricsListen = "127.0.0.1:9464"
 	DefaultConnections   = 64
 	DefaultSlice         = 32 << 20
-	DefaultSmallObject   = 1 << 20 // fetch.DefaultSmallObjectSize
+	DefaultSmallObject   = fetch.DefaultSmallObjectSize
 	DefaultRevalidate    = time.Minute
 	DefaultGPU           = "auto"
 	// MetricsOff as metrics.listen turns the metrics server off.

@@ -89,9 +89,6 @@ func TestFetchConfigDownloader(t *testing.T) {
 			t.Errorf("%s: Downloader() = %+v; want %+v", tc.name, got, tc.want)
 		}
 	}
-	if DefaultSmallObject != fetch.DefaultSmallObjectSize {
-		t.Errorf("DefaultSmallObject %d != fetch.DefaultSmallObjectSize %d", DefaultSmallObject, fetch.DefaultSmallObjectSize)
-	}
 }
 
 func TestParseGS(t *testing.T) {
