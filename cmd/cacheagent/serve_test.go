@@ -261,6 +261,7 @@ func TestServeMetricsAndNotify(t *testing.T) {
 		"cacheagent_tier_hits_total", "cacheagent_tier_misses_total", "cacheagent_tier_evictions_total",
 		"cacheagent_fetch_bytes_total", "cacheagent_fetch_duration_seconds", "cacheagent_fetch_retries_total",
 		"cacheagent_fetch_crc_failures_total", "cacheagent_fetch_inflight", "cacheagent_fetch_waiting_slices",
+		"cacheagent_fetch_small_connections", "cacheagent_fetch_small_waiting",
 		"cacheagent_prefetch_pending_objects", "cacheagent_leases", "cacheagent_build_info",
 		"cacheagent_control_requests_total", "process_resident_memory_bytes"} {
 		if fams[name] == nil {
