@@ -1,9 +1,6 @@
 package sampler
 
-import (
-	"math/rand/v2"
-	"sort"
-)
+import "math/rand/v2"
 
 // stream is the order of one epoch's samples over the whole dataset, before
 // rank sharding: next returns the group and row at the next position and
@@ -61,25 +58,29 @@ func (s *sequential) next(ev *[]Event) (int, int) {
 // the first position, in the order of first use, and closes after its last
 // sample.
 type global struct {
-	offsets []int64 // offsets[g] = first id of group g; offsets[len] = total
-	perm    []uint32
-	first   []int // groups in order of first use
-	left    []int // rows of each group not yet read
-	i       int
+	groups groupIndex
+	perm   []uint32
+	first  []int // groups in order of first use
+	left   []int // rows of each group not yet read
+	i      int
 }
 
 // newGlobal returns epoch's permutation of every sample.
 func newGlobal(rows []int, offsets []int64, seed uint64, epoch int) *global {
 	n := offsets[len(offsets)-1]
-	s := &global{offsets: offsets, perm: make([]uint32, n), left: make([]int, len(rows))}
+	s := &global{groups: newGroupIndex(offsets), perm: make([]uint32, n), left: make([]int, len(rows))}
 	for i := range s.perm {
 		s.perm[i] = uint32(i)
 	}
 	shuffle(newPCG(seed, epoch, streamGlobal, 0), s.perm)
 	copy(s.left, rows)
 	seen := make([]bool, len(rows))
+	want := len(nonEmpty(rows))
 	for _, id := range s.perm {
-		if g := s.groupOf(int64(id)); !seen[g] {
+		if len(s.first) == want {
+			break // every group is in; the rest of the scan would find none
+		}
+		if g := s.groups.of(int64(id)); !seen[g] {
 			seen[g] = true
 			s.first = append(s.first, g)
 		}
@@ -90,11 +91,6 @@ func newGlobal(rows []int, offsets []int64, seed uint64, epoch int) *global {
 // order implements stream.
 func (s *global) order() []int { return s.first }
 
-// groupOf returns the group holding sample id.
-func (s *global) groupOf(id int64) int {
-	return sort.Search(len(s.offsets)-1, func(g int) bool { return s.offsets[g+1] > id })
-}
-
 // next implements stream.
 func (s *global) next(ev *[]Event) (int, int) {
 	if s.i == 0 {
@@ -104,12 +100,12 @@ func (s *global) next(ev *[]Event) (int, int) {
 	}
 	id := int64(s.perm[s.i])
 	s.i++
-	g := s.groupOf(id)
+	g := s.groups.of(id)
 	s.left[g]--
 	if s.left[g] == 0 {
 		*ev = append(*ev, Event{Close, g})
 	}
-	return g, int(id - s.offsets[g])
+	return g, int(id - s.groups.offsets[g])
 }
 
 // window reads the groups in a shuffled order through a window of up to
@@ -192,4 +188,54 @@ func (w *window) next(ev *[]Event) (int, int) {
 		}
 	}
 	return g, r
+}
+
+// groupIndex finds the group holding a sample id: a table of the group at
+// the start of each run of 2^shift ids narrows the search to the groups
+// that run overlaps, so that with shards of similar sizes the lookup is one
+// table load and a comparison or two, not a binary search over every group.
+type groupIndex struct {
+	offsets []int64 // offsets[g] = first id of group g; offsets[len] = total
+	shift   uint
+	start   []int32 // start[b]: the group of id b<<shift; one more entry at the end
+}
+
+// maxIndexBuckets bounds a groupIndex's table (4 bytes an entry).
+const maxIndexBuckets = 1 << 16
+
+// newGroupIndex indexes offsets (as Offsets returns them; the total must
+// be positive) with about four table entries per group.
+func newGroupIndex(offsets []int64) groupIndex {
+	groups, n := len(offsets)-1, offsets[len(offsets)-1]
+	buckets := min(4*groups, maxIndexBuckets)
+	var shift uint
+	for n>>shift > int64(buckets) {
+		shift++
+	}
+	x := groupIndex{offsets: offsets, shift: shift, start: make([]int32, (n-1)>>shift+2)}
+	g := 0
+	for b := range len(x.start) - 1 {
+		for offsets[g+1] <= int64(b)<<shift {
+			g++
+		}
+		x.start[b] = int32(g)
+	}
+	x.start[len(x.start)-1] = int32(groups - 1)
+	return x
+}
+
+// of returns the group holding id, 0 <= id < total: the first group
+// whose rows end past id (empty groups hold nothing).
+func (x *groupIndex) of(id int64) int {
+	b := id >> x.shift
+	lo, hi := int(x.start[b]), int(x.start[b+1])
+	for lo < hi { // the answer is in [lo, hi]
+		mid := int(uint(lo+hi) >> 1)
+		if x.offsets[mid+1] > id {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
