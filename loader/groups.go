@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/prefetch"
+	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
 
@@ -251,10 +253,27 @@ func (l *Loader) acquire(ctx context.Context, gi int) ([]Lease, []array.Array, e
 		if err := l.check(gi, j, o, a); err != nil {
 			return fail(err)
 		}
-		prefault(a.Data)
+		populate(ls, a.Data)
 		arrays[j] = a
 	}
 	return leases, arrays, nil
+}
+
+// populator is a Lease whose mapping can be populated once for all its
+// leases (mmapstore.Lease): see mmapstore.Lease.Populate.
+type populator interface{ Populate() }
+
+var _ populator = mmapstore.Lease{}
+
+// populate maps the pages of a shard's array data into the process ahead of
+// the gather (which would otherwise take a page fault every few rows), once
+// per mapping where the lease can tell, else on every opening.
+func populate(ls Lease, data []byte) {
+	if p, ok := ls.(populator); ok {
+		p.Populate()
+		return
+	}
+	prefetch.Pages(data)
 }
 
 // check verifies that array a, the object o of name j in shard gi, is what

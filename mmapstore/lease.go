@@ -80,6 +80,20 @@ func (l Lease) Tensors() (*safetensors.File, error) {
 	return l.m.tensors()
 }
 
+// Populate maps every page of the object into the process now, reading in
+// any not in memory, so that reading the bytes afterwards takes no page
+// faults (Linux 5.14 and later; elsewhere it does nothing). It is done once
+// per mapping: later calls, on this lease or any other on the same mapping,
+// return at once, while the pages stay mapped for the mapping's life unless
+// the kernel reclaims them under memory pressure (a read then faults them
+// back in). A reader about to touch most of an object, as the loader's
+// gather does, calls it first; it does nothing on a released lease.
+func (l Lease) Populate() {
+	if l.valid() {
+		l.m.populate()
+	}
+}
+
 // Release ends the lease. When it was the mapping's last and the mapping is
 // no longer wanted (see the package documentation), the mapping is unmapped
 // and its File closed, and errors doing so are returned. Releasing a lease

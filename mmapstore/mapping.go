@@ -14,6 +14,7 @@ import (
 	"github.com/edsrzf/mmap-go"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/prefetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
 	"github.com/cacheagent/cacheagent/mmapstore/safetensors"
@@ -35,6 +36,7 @@ type mapping struct {
 	staleAtOpen bool
 	array       func() (array.Array, error)       // parses data once
 	tensors     func() (*safetensors.File, error) // parses data once
+	populate    func()                            // maps data's pages in, once
 
 	// Guarded by Store.mu.
 	refs      int           // outstanding leases
@@ -57,6 +59,7 @@ func newMapping(s *Store, key fetch.Object, f File) (*mapping, error) {
 	m := &mapping{s: s, key: key, file: f, path: f.Path(), attrs: f.Attrs(), data: data, staleAtOpen: f.Stale()}
 	m.array = sync.OnceValues(m.parseArray)
 	m.tensors = sync.OnceValues(m.parseTensors)
+	m.populate = sync.OnceFunc(func() { prefetch.Pages(m.data) })
 	return m, nil
 }
 

@@ -6,6 +6,10 @@
 // The hint never faults (a prefetch of an unmapped address is dropped)
 // and never changes memory; on architectures without an implementation it
 // does nothing.
+//
+// Pages is the same idea one level down: it asks the kernel to map a file
+// mapping's pages into the process ahead of use, so that the reads that
+// follow take no page faults.
 package prefetch
 
 // Line is the cache-line stride the hints step by.

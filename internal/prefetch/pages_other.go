@@ -1,0 +1,7 @@
+//go:build !linux
+
+package prefetch
+
+// Pages does nothing where MADV_POPULATE_READ does not exist: reading the
+// memory faults its pages in.
+func Pages([]byte) {}
