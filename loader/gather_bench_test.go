@@ -1,0 +1,114 @@
+package loader
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// mapShards maps n files of size bytes each, made in /dev/shm, as the shm
+// tier's shards are.
+func mapShards(b *testing.B, n, size int) [][]byte {
+	dir := shmDir(b)
+	srcs := make([][]byte, n)
+	data := make([]byte, size)
+	for j := range data {
+		data[j] = byte(j * 7)
+	}
+	for i := range srcs {
+		path := filepath.Join(dir, fmt.Sprintf("s%d", i))
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { unix.Munmap(m) })
+		srcs[i] = m
+	}
+	return srcs
+}
+
+// BenchmarkCopyWords gathers batches of 256 random 8-byte labels from 64
+// shards of 8192, as the loader does for y arrays.
+func BenchmarkCopyWords(b *testing.B) {
+	const shards, rows, batch = 64, 8192, 256
+	srcs := mapShards(b, shards, rows*8)
+	rng := rand.New(rand.NewPCG(1, 2))
+	const batches = 4096
+	picks := make([]pick, batches*batch)
+	for i := range picks {
+		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+	}
+	dst := make([]byte, batch*8)
+	i := 0
+	for b.Loop() {
+		copyWords[uint64](picks[i*batch:(i+1)*batch], srcs, dst)
+		i = (i + 1) % batches
+	}
+}
+
+// BenchmarkCopyRuns gathers batches of 256 random rows (256 B, 1 KiB and 4
+// KiB) from 64 shards of 8 MiB mapped from files in /dev/shm, as the
+// loader's workers do under the global shuffle, on one goroutine: MB/s is
+// the copy rate of one core. It is what prefetchLead was tuned on.
+func BenchmarkCopyRuns(b *testing.B) {
+	for _, rs := range []int{256, 1024, 4096} {
+		b.Run(fmt.Sprint(rs), func(b *testing.B) { benchCopyRuns(b, rs) })
+	}
+}
+
+// benchCopyRuns runs BenchmarkCopyRuns for rows of rs bytes.
+func benchCopyRuns(b *testing.B, rs int) {
+	const shards, shardBytes, batch = 64, 8 << 20, 256
+	srcs := mapShards(b, shards, shardBytes)
+	rows := shardBytes / rs
+	rng := rand.New(rand.NewPCG(1, 2))
+	const batches = 4096
+	picks := make([]pick, batches*batch)
+	for i := range picks {
+		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+	}
+	dst := make([]byte, batch*rs)
+	b.SetBytes(int64(batch * rs))
+	i := 0
+	for b.Loop() {
+		copyRuns(picks[i*batch:(i+1)*batch], srcs, rs, dst)
+		i = (i + 1) % batches
+	}
+}
+
+// BenchmarkCopyRunsParallel is BenchmarkCopyRuns's 1 KiB case on every P
+// at once, each goroutine with a buffer of its own: MB/s is all of them
+// together, the ceiling of the loader's workers gathering side by side on
+// this machine's memory.
+func BenchmarkCopyRunsParallel(b *testing.B) {
+	const shards, shardBytes, rs, batch = 64, 8 << 20, 1 << 10, 256
+	srcs := mapShards(b, shards, shardBytes)
+	rows := shardBytes / rs
+	const batches = 4096
+	picks := make([]pick, batches*batch)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range picks {
+		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+	}
+	b.SetBytes(batch * rs)
+	b.RunParallel(func(pb *testing.PB) {
+		dst := make([]byte, batch*rs)
+		i := rand.IntN(batches)
+		for pb.Next() {
+			copyRuns(picks[i*batch:(i+1)*batch], srcs, rs, dst)
+			i = (i + 1) % batches
+		}
+	})
+}
