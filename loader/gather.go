@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"encoding/binary"
+	"runtime"
 	"time"
 	"unsafe"
 
@@ -12,12 +13,24 @@ import (
 
 // work is a gathering goroutine: it gathers the batches the dispatcher
 // sends, in any order, until ctx ends.
+//
+// A worker that readies the batch Next is blocked on yields its P at once,
+// so that Next runs there now: the runtime queues the woken consumer on
+// the worker's P, and otherwise it waits until the worker blocks or an idle
+// P's thread wakes up to steal it, which on VMs whose idle vCPUs halt
+// takes 100-250 µs, ten batches of small rows. Measured on the 2-vCPU
+// development VM (`cacheagent bench loader`, warm 1 KiB rows, three
+// alternated pairs): the global shuffle's epoch 0.049-0.053 s without the
+// yield, 0.034-0.045 s with it; shard-window 0.045-0.051 s, 0.031-0.037 s.
 func (l *Loader) work(ctx context.Context) {
 	for {
 		select {
 		case s := <-l.todo:
 			l.gather(ctx, s)
 			s.ready <- struct{}{}
+			if l.waiter.Load() == s {
+				runtime.Gosched()
+			}
 		case <-ctx.Done():
 			return
 		}

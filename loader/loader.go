@@ -59,6 +59,9 @@ type Loader struct {
 
 	nextMu  sync.Mutex // serialises Next
 	pending *slot      // a slot Next took from ordered and still waits for; guarded by nextMu
+	// waiter is the slot Next is blocked on, if any: its worker yields
+	// its P to Next once the slot is ready (see work).
+	waiter atomic.Pointer[slot]
 
 	closeOnce sync.Once
 	closeErr  error        // set by the first Close
@@ -245,11 +248,19 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	select {
 	case <-s.ready:
-	case <-ctx.Done():
-		l.pending = s
-		return nil, ctx.Err()
-	case <-l.closing:
-		return nil, ErrClosed
+	default:
+		l.waiter.Store(s)
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			l.waiter.Store(nil)
+			l.pending = s
+			return nil, ctx.Err()
+		case <-l.closing:
+			l.waiter.Store(nil)
+			return nil, ErrClosed
+		}
+		l.waiter.Store(nil)
 	}
 	l.pending = nil
 	t1 := time.Now()
