@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
 
 // mapShards maps n files of size bytes each, made in /dev/shm, as the shm
@@ -111,4 +113,32 @@ func BenchmarkCopyRunsParallel(b *testing.B) {
 			i = (i + 1) % batches
 		}
 	})
+}
+
+// BenchmarkCopyBatch copies batches of 256 random samples of a 1 KiB row
+// and an 8-byte label, each from 64 mapped shm shards, through copyRows,
+// as a worker does under the global shuffle: MB/s is one core's rate.
+func BenchmarkCopyBatch(b *testing.B) {
+	const shards, rows, rs, batch = 64, 8192, 1 << 10, 256
+	xs, ys := mapShards(b, shards, rows*rs), mapShards(b, shards, rows*8)
+	l := &Loader{rowSize: []int{rs, 8}}
+	l.ds.Specs = make([]Spec, 2)
+	s := &slot{bufs: [][]byte{make([]byte, batch*rs), make([]byte, batch*8)}, shapes: [][]int{{0}, {0}},
+		batch: Batch{Arrays: make([]array.Array, 2)}}
+	for g := range shards {
+		s.groups = append(s.groups, &group{arrays: []array.Array{{Data: xs[g]}, {Data: ys[g]}}})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const batches = 4096
+	picks := make([]pick, batches*batch)
+	for i := range picks {
+		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+	}
+	b.SetBytes(batch * (rs + 8))
+	i := 0
+	for b.Loop() {
+		s.picks = picks[i*batch : (i+1)*batch]
+		l.copyRows(s)
+		i = (i + 1) % batches
+	}
 }
