@@ -10,8 +10,11 @@
 #    samples, warm in the shm tier, and with --policy for the 1 KiB set: the
 #    cache's disk at half the dataset, LRU against the clairvoyant cache.
 #    Each warm run is repeated with --one-core (GOMAXPROCS=1, one gathering
-#    goroutine, its own memcpy baseline): the per-core gather without the
-#    cross-core traffic this 2-vCPU VM charges a process spread over both.
+#    goroutine, its own memcpy baseline). The gather target (>= 0.6 of one
+#    core's memcpy) is judged on the loader's end-to-end throughput, the
+#    bytes of batches it delivers per second; the per-core column (each
+#    worker's copy rate) is printed beside it: with two workers copying at
+#    once they share the memory system (BenchmarkCopyRunsParallel).
 # 3. scripts/bench/torch_peer.py, PyTorch's DataLoader in its recommended
 #    configuration, over the same .npy files in /dev/shm.
 # 4. As root, the 1 KiB warm runs again with the shm tier on a tmpfs mounted
@@ -82,13 +85,14 @@ for name, label, target in (("small", "1 KiB", 10), ("big", "150 KB (3x224x224 u
         e2e = r["samples_per_sec"] * (d["bytes"] / d["samples"]) / 1e9
         memcpy = r.get("memcpy_gbps") or go["memcpy_gbps"]
         ratio = r["samples_per_sec"] / torch["samples_per_sec"]
-        mark = ""
-        if r["name"].startswith("warm") and "one core" not in r["name"]:  # the target is for the default loader
+        mark = gmark = ""
+        if r["name"].startswith("warm") and "one core" not in r["name"]:  # the targets are for the default loader
             mark = f" ({'met' if ratio >= target else 'MISSED'}: target {target}x)"
+            gmark = f" ({'met' if e2e / memcpy >= 0.6 else 'MISSED'}: target 0.6)"
         print(f"| {r['name']} | {r['samples_per_sec']:.0f} | {ratio:.1f}x{mark} | {100 * r['stall_share']:.0f}% "
               f"({100 * r['stall_fetch']:.0f}/{100 * r['stall_promote']:.0f}/{100 * r['stall_gather']:.0f}/"
               f"{100 * r['stall_other']:.0f}) | {r['bytes_read_per_epoch'] / 2**20:.0f} MiB | {r['hit_ratio']:.2f} | "
-              f"{r['gather_gbps']:.2f}, {e2e:.2f} | {r['gather_gbps'] / memcpy:.2f} | {e2e / memcpy:.2f} |")
+              f"{r['gather_gbps']:.2f}, {e2e:.2f} | {r['gather_gbps'] / memcpy:.2f} | {e2e / memcpy:.2f}{gmark} |")
     if name == "small" and os.path.exists(f"{w}/huge.json"):
         hp = load("huge")
         for r in hp["runs"]:
