@@ -66,9 +66,11 @@ x.npy and y.npy) in an in-process GCS emulator, then:
 
   - warm runs: a cache with a shm tier that holds the dataset, warmed by one epoch,
     then --epochs epochs per shuffle mode in --modes: samples/s, stall share,
-    gather throughput per core against a one-core memcpy measured in the same run
-    (the median of 64 MiB copies timed before and after each run); the shm tier
-    is made under --shm-parent;
+    and the gather's throughput against a one-core memcpy measured in the same
+    run (the median of 64 MiB copies timed before and after each run), both end
+    to end (the bytes of batches delivered per second, all workers together)
+    and per core (each worker's bytes copied over its time copying); the shm
+    tier is made under --shm-parent;
   - with --one-core, the warm runs again with one P (GOMAXPROCS=1) and one
     gathering goroutine, against a memcpy timed the same way under GOMAXPROCS=1:
     the gather's rate on one core without any cross-core traffic, which on some
@@ -265,8 +267,7 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 	}
 	rep.MemcpyGBps = mm.median()
 	for i := range rep.Runs {
-		rep.Runs[i].MemcpyGBps = rep.MemcpyGBps
-		rep.Runs[i].GatherVsMemcpy = rep.Runs[i].GatherGBps / rep.MemcpyGBps
+		rep.Runs[i].against(rep.MemcpyGBps)
 	}
 	if bc.oneCore {
 		runs, memcpy, err := benchOneCore(ctx, log, src, dataset, ds.bytes, bc)
@@ -316,8 +317,7 @@ func benchOneCore(ctx context.Context, log io.Writer, src fetch.Source, ds loade
 	}
 	memcpy := mm.median()
 	for i := range runs {
-		runs[i].MemcpyGBps = memcpy
-		runs[i].GatherVsMemcpy = runs[i].GatherGBps / memcpy
+		runs[i].against(memcpy)
 	}
 	return runs, memcpy, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"runtime"
 	"strings"
@@ -93,11 +94,21 @@ func TestBenchLoaderOneCore(t *testing.T) {
 		one.GatherVsMemcpy != one.GatherGBps/one.MemcpyGBps {
 		t.Errorf("one-core run %+v", one)
 	}
+	for _, r := range rep.Runs {
+		// Every batch is gathered here: delivered bytes are samples x (256 + 8).
+		want := r.SamplesPerSec * (256 + 8) / 1e9
+		if r.DeliveredGBps <= 0 || math.Abs(r.DeliveredGBps-want) > want/100 ||
+			r.DeliveredVsMemcpy != r.DeliveredGBps/r.MemcpyGBps {
+			t.Errorf("run %q: delivered %v GB/s (%v of memcpy); want %v GB/s from its samples/s", r.Name,
+				r.DeliveredGBps, r.DeliveredVsMemcpy, want)
+		}
+	}
 	if left, _ := os.ReadDir(parent); len(left) != 0 {
 		t.Errorf("--shm-parent holds %d entries after the run; want none", len(left))
 	}
 	var table bytes.Buffer
-	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "GOMAXPROCS=1") {
+	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "GOMAXPROCS=1") ||
+		!strings.Contains(table.String(), "END TO END") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }
