@@ -48,13 +48,18 @@ func (d *dispatcher) run(ctx context.Context) error {
 	open := it.OpenGroups() // already open at the resume point
 	l.table.extend(append(open, it.Order()[it.Opened():]...))
 	first := l.start.Batch
+	var later <-chan built // epoch ep+2, being built
 	for ep := l.start.Epoch; ep < l.end; ep++ {
 		var next *sampler.Epoch
 		if ep+1 < l.end {
-			if next, err = sampler.NewEpoch(l.rows, l.cfg.sampler, ep+1); err != nil {
+			if next, err = d.await(ctx, later, ep+1); err != nil {
 				return err
 			}
 			l.table.extend(next.Order())
+		}
+		later = nil
+		if ep+2 < l.end {
+			later = d.build(ep + 2)
 		}
 		d.announce(ctx)
 		for _, g := range open {
@@ -68,6 +73,42 @@ func (d *dispatcher) run(ctx context.Context) error {
 		it, first, open = next, 0, nil
 	}
 	return nil
+}
+
+// built is an epoch's order built by build.
+type built struct {
+	e   *sampler.Epoch
+	err error
+}
+
+// build builds epoch ep's order on a goroutine of its own, which the
+// Loader's WaitGroup owns, so that the dispatcher need not stop handing out
+// batches while it is built: a global shuffle of 2^19 samples takes 2.5–3.3
+// ms, 7% of a warm epoch of 1 KiB rows, during which the workers would run
+// dry. The order is built a whole epoch before it is dispatched (the plan
+// announced at an epoch's start covers the next epoch too), so up to three
+// epochs' orders are in memory at once.
+func (d *dispatcher) build(ep int) <-chan built {
+	ch := make(chan built, 1)
+	d.l.wg.Go(func() {
+		e, err := sampler.NewEpoch(d.l.rows, d.l.cfg.sampler, ep)
+		ch <- built{e, err}
+	})
+	return ch
+}
+
+// await returns epoch ep's order: from ch, which build returned, or built
+// here if ch is nil.
+func (d *dispatcher) await(ctx context.Context, ch <-chan built, ep int) (*sampler.Epoch, error) {
+	if ch == nil {
+		return sampler.NewEpoch(d.l.rows, d.l.cfg.sampler, ep)
+	}
+	select {
+	case b := <-ch:
+		return b.e, b.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // epoch dispatches batches first.. of epoch ep from it, then reads the

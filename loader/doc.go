@@ -39,7 +39,8 @@
 // # Order
 //
 // Package sampler decides the order: sequential, global (a permutation of
-// all samples) or shard-window (the default: a shuffled shard order read
+// all samples: 4 bytes per sample, and the Loader keeps up to three epochs'
+// permutations, since it builds each one an epoch ahead) or shard-window (the default: a shuffled shard order read
 // through a sliding window of shards, which bounds the working set), all
 // seeded by (Seed, epoch); rank r of World reads every World-th sample of
 // the epoch's order, so ranks are disjoint, and every rank reads as many
@@ -52,7 +53,8 @@
 //
 // New starts three kinds of goroutines, all owned by the Loader and waited
 // for by Close: the dispatcher runs the sampler and fills batch slots
-// (Config.Prefetch of them, allocated once) in order; the opener stages
+// (Config.Prefetch of them, allocated once) in order, and builds each
+// epoch's order on a short-lived goroutine of its own an epoch ahead; the opener stages
 // (Stager), acquires (Source) and checks the shards the sampler will need,
 // Config.Lookahead shards ahead, and holds each one exactly while it is in
 // the sampler's window or a batch still reads it; Config.Workers gatherers
