@@ -110,9 +110,9 @@ func (l *Loader) zeroCopy(s *slot) bool {
 // their turn they miss again: so they are all prefetched first, arrive
 // while the large rows are copied, and are copied last (1 KiB rows with
 // 8-byte labels, BenchmarkCopyBatch, alternated: 17.6-19.1 µs a batch of
-// 256 before, 15.2-17.1 after). The copy loops read each shard's data from a flat
-// table (s.srcs) rather than through the groups: the two extra dependent
-// loads per row cost 8–13% of the copy rate of 1 KiB random rows.
+// 256 before, 15.2-17.1 after). The copy loops read each shard's data from
+// a flat table (s.srcs) rather than through the groups: the two extra
+// dependent loads per row cost 8–13% of the copy rate of 1 KiB random rows.
 func (l *Loader) copyRows(s *slot) {
 	for j := range l.ds.Specs {
 		if rs := l.rowSize[j]; rs > 0 && rs <= prefetch.Line {
