@@ -41,17 +41,26 @@ func mapShards(b *testing.B, n, size int) [][]byte {
 	return srcs
 }
 
+// batches is how many batches of picks the gather benchmarks cycle through.
+const batches = 4096
+
+// randomPicks returns n picks of a random row of a random shard, the same
+// ones on every call.
+func randomPicks(n, shards, rows int) []pick {
+	rng := rand.New(rand.NewPCG(1, 2))
+	picks := make([]pick, n)
+	for i := range picks {
+		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+	}
+	return picks
+}
+
 // BenchmarkCopyWords gathers batches of 256 random 8-byte labels from 64
 // shards of 8192, as the loader does for y arrays.
 func BenchmarkCopyWords(b *testing.B) {
 	const shards, rows, batch = 64, 8192, 256
 	srcs := mapShards(b, shards, rows*8)
-	rng := rand.New(rand.NewPCG(1, 2))
-	const batches = 4096
-	picks := make([]pick, batches*batch)
-	for i := range picks {
-		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
-	}
+	picks := randomPicks(batches*batch, shards, rows)
 	dst := make([]byte, batch*8)
 	i := 0
 	for b.Loop() {
@@ -75,12 +84,7 @@ func benchCopyRuns(b *testing.B, rs int) {
 	const shards, shardBytes, batch = 64, 8 << 20, 256
 	srcs := mapShards(b, shards, shardBytes)
 	rows := shardBytes / rs
-	rng := rand.New(rand.NewPCG(1, 2))
-	const batches = 4096
-	picks := make([]pick, batches*batch)
-	for i := range picks {
-		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
-	}
+	picks := randomPicks(batches*batch, shards, rows)
 	dst := make([]byte, batch*rs)
 	b.SetBytes(int64(batch * rs))
 	i := 0
@@ -98,12 +102,7 @@ func BenchmarkCopyRunsParallel(b *testing.B) {
 	const shards, shardBytes, rs, batch = 64, 8 << 20, 1 << 10, 256
 	srcs := mapShards(b, shards, shardBytes)
 	rows := shardBytes / rs
-	const batches = 4096
-	picks := make([]pick, batches*batch)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range picks {
-		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
-	}
+	picks := randomPicks(batches*batch, shards, rows)
 	b.SetBytes(batch * rs)
 	b.RunParallel(func(pb *testing.PB) {
 		dst := make([]byte, batch*rs)
@@ -128,12 +127,7 @@ func BenchmarkCopyBatch(b *testing.B) {
 	for g := range shards {
 		s.groups = append(s.groups, &group{arrays: []array.Array{{Data: xs[g]}, {Data: ys[g]}}})
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	const batches = 4096
-	picks := make([]pick, batches*batch)
-	for i := range picks {
-		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
-	}
+	picks := randomPicks(batches*batch, shards, rows)
 	b.SetBytes(batch * (rs + 8))
 	i := 0
 	for b.Loop() {

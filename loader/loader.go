@@ -249,18 +249,19 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	select {
 	case <-s.ready:
 	default:
+		var err error
 		l.waiter.Store(s)
 		select {
 		case <-s.ready:
 		case <-ctx.Done():
-			l.waiter.Store(nil)
-			l.pending = s
-			return nil, ctx.Err()
+			l.pending, err = s, ctx.Err()
 		case <-l.closing:
-			l.waiter.Store(nil)
-			return nil, ErrClosed
+			err = ErrClosed
 		}
 		l.waiter.Store(nil)
+		if err != nil {
+			return nil, err
+		}
 	}
 	l.pending = nil
 	t1 := time.Now()
