@@ -25,6 +25,16 @@ type rig struct {
 	link *linkshape.Link
 	url  string // the proxy's base URL
 	data []byte // bkt/o's content
+	srv  *httptest.Server
+}
+
+// settledStats closes the proxy's server, which waits for its handlers to
+// return, and then reads the Link's counters: a handler counts the bytes
+// it wrote after the write returns, which can be after the client has
+// read them.
+func (r *rig) settledStats() linkshape.Stats {
+	r.srv.Close()
+	return r.link.Stats()
 }
 
 // newRig starts the emulator (unshaped, no faults) and the proxy in front
@@ -49,7 +59,7 @@ func newRig(t *testing.T, sh linkshape.Shape, plan linkshape.FaultPlan) *rig {
 	l := linkshape.New(p, sh, plan)
 	srv := httptest.NewServer(l)
 	t.Cleanup(srv.Close)
-	return &rig{emu: emu, link: l, url: srv.URL, data: data}
+	return &rig{emu: emu, link: l, url: srv.URL, data: data, srv: srv}
 }
 
 // testCtx bounds a test's requests.
@@ -124,7 +134,7 @@ func TestProxyServesThrough(t *testing.T) {
 		}
 		want += rd.n
 	}
-	got := r.link.Stats()
+	got := r.settledStats()
 	if wantStats := (linkshape.Stats{MediaGETs: 3, BytesServed: want}); got != wantStats {
 		t.Errorf("Stats() = %+v; want %+v", got, wantStats)
 	}
@@ -157,7 +167,7 @@ func TestProxyStatusFault(t *testing.T) {
 		t.Fatalf("second GET: %v, %d bytes, error %v; want 200 and the object", resp.Status, len(body), err)
 	}
 	want := linkshape.Stats{MediaGETs: 2, Faulted: 1, BytesServed: objSize}
-	if got := r.link.Stats(); got != want {
+	if got := r.settledStats(); got != want {
 		t.Errorf("Stats() = %+v; want %+v", got, want)
 	}
 	if n := r.emu.MediaGETs(); n != 1 {
