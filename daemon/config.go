@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Defaults for zero Config fields (see Config.WithDefaults).
@@ -283,7 +285,7 @@ func (c Config) check() *fieldError {
 	seen := make(map[string]bool)
 	for i, s := range c.Sources {
 		idx := strconv.Itoa(i)
-		if _, _, err := ParseGS(s.URI); err != nil {
+		if _, err := fetch.ParsePrefix(s.URI); err != nil {
 			return bad(err.Error(), "sources", idx, "uri")
 		}
 		if seen[s.URI] {
@@ -344,18 +346,34 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ParseGS parses gs://BUCKET[/PREFIX]. The prefix is kept verbatim: object
-// names may contain anything GCS allows and are never used as local paths.
-func ParseGS(s string) (bucket, prefix string, err error) {
-	rest, ok := strings.CutPrefix(s, "gs://")
-	if !ok {
-		return "", "", fmt.Errorf("%q is not a gs://BUCKET/PREFIX URI", s)
+// GCS maps the fetch section onto the GCS source's settings.
+func (f FetchConfig) GCS() fetch.GCSConfig { return fetch.GCSConfig{Endpoint: f.Endpoint} }
+
+// Downloader maps the fetch section onto a downloader's settings.
+func (f FetchConfig) Downloader() fetch.Config {
+	c := fetch.Config{SliceSize: int64(f.Slice), Connections: f.Connections,
+		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0)}
+	if f.SmallConnections < 0 {
+		c.SmallObjectSize = fetch.NoSmallLane
 	}
-	bucket, prefix, _ = strings.Cut(rest, "/")
-	if bucket == "" {
-		return "", "", fmt.Errorf("%q has no bucket", s)
+	return c
+}
+
+// Tier maps the tiers and fetch sections onto a cache's settings, filled
+// through dl from src. The daemon and the CLI's standalone agent open
+// their caches with it alike.
+func (c Config) Tier(src fetch.Source, dl tier.Downloader, log *slog.Logger) tier.Config {
+	return tier.Config{
+		Dir:         c.Tiers.Disk.Dir,
+		MaxBytes:    int64(c.Tiers.Disk.Max),
+		ShmDir:      c.Tiers.Shm.Dir,
+		ShmMaxBytes: int64(c.Tiers.Shm.Max),
+		PromoteHits: c.Tiers.Shm.PromoteHits,
+		Revalidate:  durationOr(c.Fetch.Revalidate, DefaultRevalidate),
+		Source:      src,
+		Downloader:  dl,
+		Logger:      log,
 	}
-	return bucket, prefix, nil
 }
 
 // durationOr returns d, or def if d is 0.

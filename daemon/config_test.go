@@ -91,24 +91,6 @@ func TestFetchConfigDownloader(t *testing.T) {
 	}
 }
 
-func TestParseGS(t *testing.T) {
-	for _, tc := range []struct {
-		in, bucket, prefix string
-		ok                 bool
-	}{
-		{"gs://b/p/q", "b", "p/q", true},
-		{"gs://b", "b", "", true},
-		{"gs://b/../x", "b", "../x", true},
-		{"gs:///x", "", "", false},
-		{"s3://b/x", "", "", false},
-	} {
-		b, p, err := ParseGS(tc.in)
-		if (err == nil) != tc.ok || b != tc.bucket || p != tc.prefix {
-			t.Errorf("ParseGS(%q) = %q, %q, %v; want %q, %q, ok %v", tc.in, b, p, err, tc.bucket, tc.prefix, tc.ok)
-		}
-	}
-}
-
 // FuzzParseConfig checks that no input makes ParseConfig panic, and that
 // what it accepts passes Validate.
 func FuzzParseConfig(f *testing.F) {

@@ -108,20 +108,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	return d, nil
 }
 
-// Downloader maps the fetch section onto a downloader's settings: the
-// daemon's and the CLI's in-process agents use it alike.
-func (f FetchConfig) Downloader() fetch.Config {
-	c := fetch.Config{SliceSize: int64(f.Slice), Connections: f.Connections,
-		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0)}
-	if f.SmallConnections < 0 {
-		c.SmallObjectSize = fetch.NoSmallLane
-	}
-	return c
-}
-
 // openCache creates the source, the downloader, the metrics and the cache.
 func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
-	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: cfg.Fetch.Endpoint})
+	src, err := fetch.NewGCS(ctx, cfg.Fetch.GCS())
 	if err != nil {
 		return err
 	}
@@ -135,17 +124,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	d.sessions = newSessionManager(d.log)
 	d.plans = newPlanStore()
 	d.met = metrics.New(d.opts.Version, d.metricSources())
-	cache, err := tier.Open(ctx, tier.Config{
-		Dir:         cfg.Tiers.Disk.Dir,
-		MaxBytes:    int64(cfg.Tiers.Disk.Max),
-		ShmDir:      cfg.Tiers.Shm.Dir,
-		ShmMaxBytes: int64(cfg.Tiers.Shm.Max),
-		PromoteHits: cfg.Tiers.Shm.PromoteHits,
-		Revalidate:  durationOr(cfg.Fetch.Revalidate, DefaultRevalidate),
-		Source:      src,
-		Downloader:  d.met.WrapDownloader(dl),
-		Logger:      d.log,
-	})
+	cache, err := tier.Open(ctx, cfg.Tier(src, d.met.WrapDownloader(dl), d.log))
 	if err != nil {
 		src.Close()
 		return err
@@ -169,8 +148,8 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 	}
 	var roots []mount.Root
 	for _, s := range cfg.Sources {
-		bucket, prefix, _ := ParseGS(s.URI) // validated with the config
-		roots = append(roots, mount.Root{Bucket: bucket, Prefix: prefix})
+		u, _ := fetch.ParsePrefix(s.URI) // validated with the config
+		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
 	}
 	if len(roots) == 0 {
 		return fmt.Errorf("%w: mount.path is set but there are no sources to show", ErrConfig)

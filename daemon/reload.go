@@ -149,12 +149,12 @@ func (d *Daemon) applySources(old, next []SourceConfig) {
 
 // warm starts a warm-priority prefetch of a source.
 func (d *Daemon) warm(uri string) {
-	bucket, prefix, err := ParseGS(uri)
+	u, err := fetch.ParsePrefix(uri)
 	if err != nil { // validated with the config
 		d.log.Error("warm source", "uri", uri, "err", err)
 		return
 	}
-	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: uri, bucket: bucket, prefix: prefix,
+	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: uri, bucket: u.Bucket, prefix: u.Path,
 		prio: fetch.Warm}); err != nil {
 		d.log.Warn("warm source", "uri", uri, "err", err)
 	}

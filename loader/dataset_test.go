@@ -201,7 +201,7 @@ func TestManifestErrors(t *testing.T) {
 		`{"arrays": ["x"], "shards": [{"y": "gs://b/o"}]}`,
 		`{"arrays": ["x"], "shards": [{"x": "s3://b/o"}]}`,
 		`{"arrays": ["x"], "shards": [{"x": "gs://b"}]}`,
-		`{"arrays": ["x"], "shards": [{"x": "gs://b/o#abc"}]}`,
+		`{"arrays": ["x"], "shards": [{"x": "gs://b/o#0"}]}`,
 		`{"arrays": ["x"], "shards": [{"x": 5}]}`,
 		`{"arrays": ["x"], "shards": [{"x": "gs://b/o", "rows": -1}]}`,
 		`{"arrays": ["x"], "shards": [{"x": "gs://b/o", "rows": "7"}]}`,

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/cacheagent/cacheagent/fetch"
 )
@@ -86,7 +84,11 @@ func parseShard(names []string, sh map[string]json.RawMessage) (Group, error) {
 		if err := json.Unmarshal(v, &uri); err != nil {
 			return Group{}, fmt.Errorf("array %s: want a gs:// URI string: %w", k, err)
 		}
-		o, err := ParseObject(uri)
+		u, err := fetch.ParseURI(uri)
+		if err != nil {
+			return Group{}, fmt.Errorf("array %s: %w", k, err)
+		}
+		o, err := u.Object()
 		if err != nil {
 			return Group{}, fmt.Errorf("array %s: %w", k, err)
 		}
@@ -98,25 +100,4 @@ func parseShard(names []string, sh map[string]json.RawMessage) (Group, error) {
 		}
 	}
 	return g, nil
-}
-
-// ParseObject parses gs://bucket/name, optionally followed by #generation.
-func ParseObject(uri string) (fetch.Object, error) {
-	rest, ok := strings.CutPrefix(uri, "gs://")
-	if !ok {
-		return fetch.Object{}, fmt.Errorf("%q is not a gs://BUCKET/OBJECT URI", uri)
-	}
-	var gen int64
-	if i := strings.LastIndexByte(rest, '#'); i >= 0 {
-		g, err := strconv.ParseInt(rest[i+1:], 10, 64)
-		if err != nil || g <= 0 {
-			return fetch.Object{}, fmt.Errorf("%q: bad generation %q", uri, rest[i+1:])
-		}
-		rest, gen = rest[:i], g
-	}
-	bucket, name, _ := strings.Cut(rest, "/")
-	if bucket == "" || name == "" {
-		return fetch.Object{}, fmt.Errorf("%q has no bucket or object name", uri)
-	}
-	return fetch.Object{Bucket: bucket, Name: name, Generation: gen}, nil
 }

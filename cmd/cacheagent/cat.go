@@ -22,14 +22,14 @@ generation is re-checked against GCS when it was last checked longer ago than
 --revalidate (0: always), and a newer generation replaces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseGS(args[0])
+			u, err := fetch.ParseURI(args[0])
 			if err != nil {
 				return err
 			}
-			if u.Path == "" {
-				return fmt.Errorf("%s names no object", args[0])
+			o, err := u.Object()
+			if err != nil {
+				return err
 			}
-			o := fetch.Object{Bucket: u.Bucket, Name: u.Path}
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 1<<20)
 			err = withCache(cmd, opts,
 				func(c *control.Client) error {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
@@ -25,7 +23,7 @@ type agent struct {
 // lock, the error names its pid and the socket where no daemon answered.
 func openAgent(ctx context.Context, opts *options) (*agent, error) {
 	cfg := opts.config()
-	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: cfg.Fetch.Endpoint})
+	src, err := fetch.NewGCS(ctx, cfg.Fetch.GCS())
 	if err != nil {
 		return nil, err
 	}
@@ -34,17 +32,7 @@ func openAgent(ctx context.Context, opts *options) (*agent, error) {
 		src.Close()
 		return nil, err
 	}
-	cache, err := tier.Open(ctx, tier.Config{
-		Dir:         cfg.Tiers.Disk.Dir,
-		MaxBytes:    int64(cfg.Tiers.Disk.Max),
-		ShmDir:      cfg.Tiers.Shm.Dir,
-		ShmMaxBytes: int64(cfg.Tiers.Shm.Max),
-		PromoteHits: cfg.Tiers.Shm.PromoteHits,
-		Revalidate:  time.Duration(cfg.Fetch.Revalidate),
-		Source:      src,
-		Downloader:  dl,
-		Logger:      slog.Default(),
-	})
+	cache, err := tier.Open(ctx, cfg.Tier(src, dl, slog.Default()))
 	if err != nil {
 		src.Close()
 		if le := (*tier.LockedError)(nil); errors.As(err, &le) {
@@ -60,27 +48,4 @@ func openAgent(ctx context.Context, opts *options) (*agent, error) {
 func (a *agent) Close() error {
 	err := a.cache.Close()
 	return errors.Join(err, a.src.Close())
-}
-
-// gsURI is a parsed gs://bucket/path.
-type gsURI struct {
-	Bucket string
-	Path   string // object name or prefix; may be empty
-}
-
-func (u gsURI) String() string { return "gs://" + u.Bucket + "/" + u.Path }
-
-// parseGS parses gs://BUCKET[/PATH]. The path is kept verbatim: object names
-// may contain anything GCS allows, including "..", and are never used as
-// local paths.
-func parseGS(s string) (gsURI, error) {
-	rest, ok := strings.CutPrefix(s, "gs://")
-	if !ok {
-		return gsURI{}, fmt.Errorf("%q is not a gs://BUCKET/PATH URI", s)
-	}
-	bucket, path, _ := strings.Cut(rest, "/")
-	if bucket == "" {
-		return gsURI{}, fmt.Errorf("%q has no bucket", s)
-	}
-	return gsURI{Bucket: bucket, Path: path}, nil
 }

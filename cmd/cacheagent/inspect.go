@@ -69,14 +69,14 @@ each tensor's name, dtype, shape and offsets. The format is recognised by conten
 then by name. A malformed file fails with the reason.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseGS(args[0])
+			u, err := fetch.ParseURI(args[0])
 			if err != nil {
 				return err
 			}
-			if u.Path == "" {
-				return fmt.Errorf("%s names no object", args[0])
+			o, err := u.Object()
+			if err != nil {
+				return err
 			}
-			o := fetch.Object{Bucket: u.Bucket, Name: u.Path}
 			var rep inspectReport
 			err = withCache(cmd, opts, func(c *control.Client) (err error) {
 				rep, err = inspectWith(cmd.Context(), c, o)

@@ -72,7 +72,7 @@ func (f *loaderFlags) dataset(ctx context.Context, src fetch.Source) (loader.Dat
 		}
 		return d.Resolve(ctx, src)
 	}
-	u, err := parseGS(f.data)
+	u, err := fetch.ParsePrefix(f.data)
 	if err != nil {
 		return loader.Dataset{}, err
 	}
@@ -137,7 +137,7 @@ every machine. --resume-batch K starts at batch K of --epoch, as a resumed run d
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: opts.config().Fetch.Endpoint})
+			src, err := fetch.NewGCS(ctx, opts.config().Fetch.GCS())
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
+	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // lsEntry is one row of `cacheagent ls`.
@@ -27,7 +28,7 @@ holds its live generation (shm, disk or none). If the source cannot be listed, i
 shows what the cache holds and says so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseGS(args[0])
+			u, err := fetch.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}

@@ -257,22 +257,3 @@ func TestSecondProcessLocked(t *testing.T) {
 		t.Errorf("error %q does not name the owner's pid %s", err, want)
 	}
 }
-
-func TestParseGS(t *testing.T) {
-	for _, tc := range []struct {
-		in      string
-		want    gsURI
-		wantErr bool
-	}{
-		{"gs://b/p/q", gsURI{"b", "p/q"}, false},
-		{"gs://b", gsURI{"b", ""}, false},
-		{"gs://b/../x", gsURI{"b", "../x"}, false},
-		{"gs:///x", gsURI{}, true},
-		{"s3://b/x", gsURI{}, true},
-	} {
-		got, err := parseGS(tc.in)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("parseGS(%q) = %v, %v; want %v, err %v", tc.in, got, err, tc.want, tc.wantErr)
-		}
-	}
-}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mount"
 )
 
@@ -80,7 +81,7 @@ by a crashed mount is cleared at start.`,
 func parseRoots(args []string) ([]mount.Root, error) {
 	roots := make([]mount.Root, 0, len(args))
 	for _, s := range args {
-		u, err := parseGS(s)
+		u, err := fetch.ParsePrefix(s)
 		if err != nil {
 			return nil, err
 		}

@@ -1,31 +1,10 @@
 package main
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/daemon"
 )
-
-// FuzzParseGS checks that parseGS never panics and that what it accepts
-// round-trips.
-func FuzzParseGS(f *testing.F) {
-	for _, s := range []string{"gs://b/p", "gs://b", "gs://", "gs:///x", "gs://b/../x", "gs://b/\x00", "s3://b/x", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		u, err := parseGS(s)
-		if err != nil {
-			return
-		}
-		if u.Bucket == "" || strings.Contains(u.Bucket, "/") {
-			t.Fatalf("parseGS(%q) = %+v: bad bucket", s, u)
-		}
-		if got := "gs://" + u.Bucket + "/" + u.Path; got != s && got != s+"/" {
-			t.Fatalf("parseGS(%q) = %+v; does not round-trip (%q)", s, u, got)
-		}
-	})
-}
 
 // FuzzSizeFlag checks that size parsing never panics and never yields a
 // negative size.

@@ -24,7 +24,7 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseGS(args[0])
+			u, err := fetch.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}
@@ -56,7 +56,7 @@ type pinResult struct {
 	n, pending, skipped int
 }
 
-func (r pinResult) print(cmd *cobra.Command, verb string, u gsURI) {
+func (r pinResult) print(cmd *cobra.Command, verb string, u fetch.URI) {
 	out := cmd.OutOrStdout()
 	past := map[string]string{"pin": "pinned", "unpin": "unpinned", "evict": "evicted"}[verb]
 	fmt.Fprintf(out, "%s %d objects under %s", past, r.n, u)
@@ -70,7 +70,7 @@ func (r pinResult) print(cmd *cobra.Command, verb string, u gsURI) {
 }
 
 // remotePin asks the daemon.
-func remotePin(ctx context.Context, c *control.Client, verb string, u gsURI, hot bool) (pinResult, error) {
+func remotePin(ctx context.Context, c *control.Client, verb string, u fetch.URI, hot bool) (pinResult, error) {
 	switch verb {
 	case "pin":
 		n, err := c.Pin(ctx, u.Bucket, u.Path, hot)
@@ -84,7 +84,7 @@ func remotePin(ctx context.Context, c *control.Client, verb string, u gsURI, hot
 }
 
 // localPin works on the cache directory.
-func localPin(ctx context.Context, a *agent, verb string, u gsURI, hot bool) (pinResult, error) {
+func localPin(ctx context.Context, a *agent, verb string, u fetch.URI, hot bool) (pinResult, error) {
 	switch verb {
 	case "pin":
 		objs, err := listAll(ctx, a.src, u)

@@ -28,7 +28,7 @@ job to its end. Standalone it always waits. While it waits, it shows a progress
 bar on a terminal (objects, bytes, rate, ETA).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := parseGS(args[0])
+			u, err := fetch.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}
@@ -43,7 +43,7 @@ bar on a terminal (objects, bytes, rate, ETA).`,
 
 // remotePrefetch starts a prefetch job in the daemon and, with wait,
 // follows it, drawing its progress, until it ends.
-func remotePrefetch(ctx context.Context, c *control.Client, u gsURI, wait bool, cmd *cobra.Command) error {
+func remotePrefetch(ctx context.Context, c *control.Client, u fetch.URI, wait bool, cmd *cobra.Command) error {
 	j, err := c.Prefetch(ctx, u.Bucket, u.Path, fetch.Warm)
 	if err != nil {
 		return err
@@ -87,7 +87,7 @@ func tierProgress(p control.Progress) tier.Progress {
 }
 
 // listAll collects the attributes of every object under u.
-func listAll(ctx context.Context, src fetch.Source, u gsURI) ([]fetch.Attrs, error) {
+func listAll(ctx context.Context, src fetch.Source, u fetch.URI) ([]fetch.Attrs, error) {
 	var objs []fetch.Attrs
 	for a, err := range src.List(ctx, u.Bucket, u.Path) {
 		if err != nil {
@@ -98,7 +98,7 @@ func listAll(ctx context.Context, src fetch.Source, u gsURI) ([]fetch.Attrs, err
 	return objs, nil
 }
 
-func runPrefetch(ctx context.Context, a *agent, u gsURI, w io.Writer) error {
+func runPrefetch(ctx context.Context, a *agent, u fetch.URI, w io.Writer) error {
 	objs, err := listAll(ctx, a.src, u)
 	if err != nil {
 		return err
@@ -116,7 +116,7 @@ func runPrefetch(ctx context.Context, a *agent, u gsURI, w io.Writer) error {
 }
 
 // printPrefetchSummary prints the line that ends a prefetch.
-func printPrefetchSummary(w io.Writer, u gsURI, p tier.Progress, el time.Duration) {
+func printPrefetchSummary(w io.Writer, u fetch.URI, p tier.Progress, el time.Duration) {
 	fmt.Fprintf(w, "prefetched %s: %d objects, %s (%d already cached), %s fetched in %s (%s/s)\n",
 		u, p.Objects, humanize.IBytes(uint64(p.Bytes)), p.Cached,
 		humanize.IBytes(uint64(p.BytesFetched)), el.Round(time.Millisecond),
