@@ -98,13 +98,13 @@ func (c *statsCache) cachedBody(epoch int64) ([]byte, bool) {
 // tier (if any; its directory is shmDir) and the base tier (dir). Hits are
 // split by the tier that served them.
 func TierStatuses(dir, shmDir string, s tier.Stats) []control.TierStatus {
-	base := control.TierStatus{Name: s.Tier, Dir: dir, Entries: int64(s.Entries),
+	base := control.TierStatus{Name: string(s.Tier), Dir: dir, Entries: int64(s.Entries),
 		UsedBytes: s.UsedBytes, MaxBytes: s.MaxBytes, PinnedBytes: s.PinnedBytes,
 		ReservedBytes: s.ReservedBytes, InUseBytes: s.InUseBytes, PendingBytes: s.PendingBytes,
 		Hits: s.Hits - s.ShmHits, Misses: s.Misses, Fetched: s.BytesFetched, Evictions: s.Evictions}
 	out := []control.TierStatus{base}
 	if s.ShmMaxBytes > 0 {
-		shm := control.TierStatus{Name: tier.Shm, Dir: shmDir, Entries: int64(s.ShmEntries),
+		shm := control.TierStatus{Name: string(tier.Shm), Dir: shmDir, Entries: int64(s.ShmEntries),
 			UsedBytes: s.ShmUsedBytes, MaxBytes: s.ShmMaxBytes, PinnedBytes: s.ShmPinnedBytes,
 			ReservedBytes: s.ShmReservedBytes, InUseBytes: s.ShmInUseBytes, PendingBytes: s.ShmPendingBytes,
 			Hits: s.ShmHits, Misses: s.Hits - s.ShmHits + s.Misses, Evictions: s.Demotions,
@@ -121,13 +121,13 @@ func TierStatuses(dir, shmDir string, s tier.Stats) []control.TierStatus {
 
 // tierMetrics converts a snapshot for the metrics collectors.
 func tierMetrics(s tier.Stats) []metrics.TierStats {
-	out := []metrics.TierStats{{Tier: s.Tier, Objects: int64(s.Entries), UsedBytes: s.UsedBytes,
+	out := []metrics.TierStats{{Tier: string(s.Tier), Objects: int64(s.Entries), UsedBytes: s.UsedBytes,
 		MaxBytes: s.MaxBytes, PinnedBytes: s.PinnedBytes, ReservedBytes: s.ReservedBytes,
 		InUseBytes: s.InUseBytes, PendingBytes: s.PendingBytes, Hits: s.Hits - s.ShmHits, Misses: s.Misses,
 		Evictions: s.Evictions, Fills: s.Fills, BytesFetched: s.BytesFetched, Revalidations: s.Revalidations,
 		Damaged: s.Damaged}}
 	if s.ShmMaxBytes > 0 {
-		out = append(out, metrics.TierStats{Tier: tier.Shm, Objects: int64(s.ShmEntries),
+		out = append(out, metrics.TierStats{Tier: string(tier.Shm), Objects: int64(s.ShmEntries),
 			UsedBytes: s.ShmUsedBytes, MaxBytes: s.ShmMaxBytes, PinnedBytes: s.ShmPinnedBytes,
 			ReservedBytes: s.ShmReservedBytes, InUseBytes: s.ShmInUseBytes, PendingBytes: s.ShmPendingBytes,
 			Hits: s.ShmHits, Misses: s.Hits - s.ShmHits + s.Misses, Evictions: s.Demotions,
@@ -229,7 +229,7 @@ func ListObjects(ctx context.Context, src fetch.Source, cache *tier.Cache, bucke
 		if e, ok := cached[a.Name]; ok {
 			r.Pinned = e.Pinned
 			if e.Attrs.Generation == a.Generation {
-				r.Tier = e.Tier
+				r.Tier = string(e.Tier)
 			} else {
 				r.CachedGeneration = e.Attrs.Generation
 			}
@@ -247,7 +247,7 @@ func cachedOnly(entries []tier.Entry, warning string) control.ListResult {
 	rows := make([]control.Object, len(entries))
 	for i, e := range entries {
 		rows[i] = control.Object{Name: e.Attrs.Name, Generation: e.Attrs.Generation, Size: e.Attrs.Size,
-			Tier: e.Tier, Pinned: e.Pinned}
+			Tier: string(e.Tier), Pinned: e.Pinned}
 	}
 	return control.ListResult{Objects: rows, Warning: warning}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/cacheagent/cacheagent/internal/prefetch"
+	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
 
@@ -115,16 +115,16 @@ func (l *Loader) zeroCopy(s *slot) bool {
 // dependent loads per row cost 8–13% of the copy rate of 1 KiB random rows.
 func (l *Loader) copyRows(s *slot) {
 	for j := range l.ds.Specs {
-		if rs := l.rowSize[j]; rs > 0 && rs <= prefetch.Line {
+		if rs := l.rowSize[j]; rs > 0 && rs <= memhint.Line {
 			for _, p := range s.picks {
-				prefetch.Bytes(s.groups[p.g].arrays[j].Data[p.row*rs : (p.row+1)*rs])
+				memhint.Bytes(s.groups[p.g].arrays[j].Data[p.row*rs : (p.row+1)*rs])
 			}
 		}
 	}
 	var copied int64
 	for _, small := range [...]bool{false, true} {
 		for j, spec := range l.ds.Specs {
-			if rs := l.rowSize[j]; (rs <= prefetch.Line) == small {
+			if rs := l.rowSize[j]; (rs <= memhint.Line) == small {
 				copied += l.copyArray(s, j, spec)
 			}
 		}
@@ -193,7 +193,7 @@ func copyRuns(picks []pick, srcs [][]byte, rs int, dst []byte) {
 	n := len(picks)
 	ahead := prefetchAhead(rs)
 	for _, q := range picks[:min(ahead, n)] {
-		prefetch.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
+		memhint.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
 	}
 	for i := 0; i < n; {
 		p := picks[i]
@@ -203,7 +203,7 @@ func copyRuns(picks []pick, srcs [][]byte, rs int, dst []byte) {
 		}
 		if ahead > 0 && k+ahead-1 < n {
 			q := picks[k+ahead-1]
-			prefetch.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
+			memhint.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
 		}
 		copy(dst[i*rs:k*rs], srcs[p.g][p.row*rs:(p.row+k-i)*rs])
 		i = k
@@ -218,7 +218,7 @@ func copyWords[T uint32 | uint64](picks []pick, srcs [][]byte, dst []byte) {
 	for i, p := range picks {
 		if i+prefetchWords < len(picks) {
 			q := picks[i+prefetchWords]
-			prefetch.Bytes(srcs[q.g][q.row*w : (q.row+1)*w])
+			memhint.Bytes(srcs[q.g][q.row*w : (q.row+1)*w])
 		}
 		src := srcs[p.g][p.row*w : (p.row+1)*w]
 		if w == 8 { // binary loads compile to one move where unaligned loads are allowed

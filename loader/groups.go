@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/prefetch"
+	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
@@ -273,7 +273,7 @@ func populate(ls Lease, data []byte) {
 		p.Populate()
 		return
 	}
-	prefetch.Pages(data)
+	memhint.Pages(data)
 }
 
 // check verifies that array a, the object o of name j in shard gi, is what

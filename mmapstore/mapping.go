@@ -14,7 +14,7 @@ import (
 	"github.com/edsrzf/mmap-go"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/prefetch"
+	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
 	"github.com/cacheagent/cacheagent/mmapstore/safetensors"
@@ -59,7 +59,7 @@ func newMapping(s *Store, key fetch.Object, f File) (*mapping, error) {
 	m := &mapping{s: s, key: key, file: f, path: f.Path(), attrs: f.Attrs(), data: data, staleAtOpen: f.Stale()}
 	m.array = sync.OnceValues(m.parseArray)
 	m.tensors = sync.OnceValues(m.parseTensors)
-	m.populate = sync.OnceFunc(func() { prefetch.Pages(m.data) })
+	m.populate = sync.OnceFunc(func() { memhint.Pages(m.data) })
 	return m, nil
 }
 

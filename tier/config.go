@@ -99,7 +99,7 @@ type Config struct {
 // settings is a validated Config with defaults applied.
 type settings struct {
 	dir           string // the base tier's directory: Dir, or ShmDir when shm-only
-	baseTier      string // "disk", or "shm" when shm-only
+	baseTier      Kind   // Disk, or Shm when shm-only
 	maxBytes      int64  // base budget; 0: baseShare of the filesystem
 	baseShare     float64
 	shmDir        string // the hot tier's directory; "" when there is none

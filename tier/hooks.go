@@ -16,7 +16,7 @@ type testHooks struct {
 	// reports that it dropped a copy.
 	watched func(path string, dropped bool)
 	// rescanned runs after the watcher rescanned a tier.
-	rescanned func(tier string)
+	rescanned func(tier Kind)
 	// exited runs when a background goroutine ("promoter", "watcher",
 	// "planner") ends.
 	exited func(goroutine string)
@@ -47,7 +47,7 @@ func (h *testHooks) onWatched(path string, dropped bool) {
 	}
 }
 
-func (h *testHooks) onRescanned(tier string) {
+func (h *testHooks) onRescanned(tier Kind) {
 	if h != nil && h.rescanned != nil {
 		h.rescanned(tier)
 	}

@@ -167,7 +167,7 @@ type Entry struct {
 	// Attrs are the cached generation's attributes.
 	Attrs fetch.Attrs
 	// Tier is the fastest tier holding the object: Shm or Disk.
-	Tier string
+	Tier Kind
 	// Pinned entries are never evicted to make room.
 	Pinned bool
 	// PinnedHot entries are pinned and kept in the shm tier too.

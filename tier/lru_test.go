@@ -328,7 +328,7 @@ func TestSetShmMaxBytes(t *testing.T) {
 	if err := c.SetShmMaxBytes(ctx, 2*objSize); err != nil {
 		t.Fatalf("SetShmMaxBytes: %v", err)
 	}
-	if got := []string{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Disk || got[1] != Shm || got[2] != Shm {
+	if got := []Kind{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Disk || got[1] != Shm || got[2] != Shm {
 		t.Errorf("tiers of a, b, c = %v; want a demoted to disk", got)
 	}
 	err = c.SetShmMaxBytes(ctx, objSize/2)

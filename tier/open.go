@@ -342,7 +342,7 @@ func (h *Handle) Attrs() fetch.Attrs { return h.attrs }
 func (h *Handle) Path() string { return h.path }
 
 // Tier returns the tier of the handle's file: Shm or Disk.
-func (h *Handle) Tier() string { return h.e.st.name }
+func (h *Handle) Tier() Kind { return h.e.st.name }
 
 // Size returns the object's size in bytes.
 func (h *Handle) Size() int64 { return h.attrs.Size }

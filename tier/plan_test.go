@@ -195,7 +195,7 @@ func TestPlanShmCopyGoesAfterLastUse(t *testing.T) {
 	if err := hooks.awaitPromoted(t, "bkt", "c"); err != nil { // queued: c is next
 		t.Fatalf("promotion of c before use: %v", err)
 	}
-	if got := []string{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Shm || got[1] != Disk || got[2] != Shm {
+	if got := []Kind{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; got[0] != Shm || got[1] != Disk || got[2] != Shm {
 		t.Errorf("tiers of a, b, c = %v; want shm, disk, shm: b is done, a is used again", got)
 	}
 	checkInvariants(t, c)

@@ -76,7 +76,7 @@ func newHooks(copy func(ctx context.Context, key string) error, watched func(pat
 			}
 			l.notes <- note{kind: "watched", path: path, dropped: dropped}
 		},
-		rescanned: func(tier string) { l.notes <- note{kind: "rescanned", key: tier} },
+		rescanned: func(tier Kind) { l.notes <- note{kind: "rescanned", key: string(tier)} },
 		exited:    func(g string) { l.notes <- note{kind: "exited", key: g} },
 	}
 }
@@ -153,7 +153,7 @@ func diskPath(c *Cache, bucket, name string, gen int64) string {
 }
 
 // tierOf returns the Tier of bucket/name's entry, or "none".
-func tierOf(c *Cache, bucket, name string) string {
+func tierOf(c *Cache, bucket, name string) Kind {
 	e, ok := c.Lookup(bucket, name)
 	if !ok {
 		return "none"
@@ -162,7 +162,7 @@ func tierOf(c *Cache, bucket, name string) string {
 }
 
 // openHandle opens o and checks its bytes and tier; the caller closes it.
-func openHandle(t testing.TB, c *Cache, o fetch.Object, want []byte, tier string) *Handle {
+func openHandle(t testing.TB, c *Cache, o fetch.Object, want []byte, tier Kind) *Handle {
 	t.Helper()
 	h, err := c.Open(context.Background(), o)
 	if err != nil {

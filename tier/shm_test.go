@@ -140,7 +140,7 @@ func TestPromoteDemotePinHot(t *testing.T) {
 	tiers := func() []string {
 		var out []string
 		for _, e := range c.Entries("bkt", "") {
-			out = append(out, e.Attrs.Name+":"+e.Tier)
+			out = append(out, e.Attrs.Name+":"+string(e.Tier))
 		}
 		return out
 	}
@@ -296,7 +296,7 @@ func TestShmRestartReadopts(t *testing.T) {
 	want := []string{"cold:disk", "hot:shm", "keep:shm", "lost:disk", "short:disk"}
 	var got []string
 	for _, e := range c2.Entries("bkt", "") {
-		got = append(got, e.Attrs.Name+":"+e.Tier)
+		got = append(got, e.Attrs.Name+":"+string(e.Tier))
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("tiers after restart = %q; want %q", got, want)
@@ -347,7 +347,7 @@ func TestShmRebootRestoresHotPins(t *testing.T) {
 	}
 	var got []string
 	for _, e := range c2.Entries("bkt", "") {
-		got = append(got, e.Attrs.Name+":"+e.Tier)
+		got = append(got, e.Attrs.Name+":"+string(e.Tier))
 	}
 	if want := []string{"cold:disk", "hot:shm", "warm:disk"}; !slices.Equal(got, want) {
 		t.Errorf("tiers after a reboot = %q; want %q", got, want)
@@ -390,7 +390,7 @@ func TestShmBudgetNeverEvictsInUse(t *testing.T) {
 	promote("b", 1)
 	ha := openHandle(t, c, obj("bkt", "a"), data["a"], Shm) // a in use
 	promote("c", 1)                                         // demotes b, the unused one
-	if got := []string{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; !slices.Equal(got, []string{Shm, Disk, Shm}) {
+	if got := []Kind{tierOf(c, "bkt", "a"), tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c")}; !slices.Equal(got, []Kind{Shm, Disk, Shm}) {
 		t.Fatalf("tiers of a, b, c = %q; want shm, disk, shm", got)
 	}
 	hc := openHandle(t, c, obj("bkt", "c"), data["c"], Shm)

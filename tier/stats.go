@@ -13,7 +13,7 @@ import (
 // tier above the disk tier, and are zero without one (and in shm-only mode).
 type Stats struct {
 	// Tier is the base tier: Disk, or Shm in shm-only mode.
-	Tier string
+	Tier Kind
 	// Entries is the number of cached objects.
 	Entries int
 	// UsedBytes is the space cached files occupy (including dropped files

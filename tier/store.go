@@ -8,12 +8,15 @@ import (
 	"path/filepath"
 )
 
-// Tier names, as Entry.Tier, Handle.Tier and Stats.Tier report them.
+// Kind names a tier, as Entry.Tier, Handle.Tier and Stats.Tier report it.
+type Kind string
+
+// The tiers.
 const (
 	// Disk is the disk tier: local storage, normally NVMe.
-	Disk = "disk"
+	Disk Kind = "disk"
 	// Shm is the shm tier: a tmpfs, normally under /dev/shm.
-	Shm = "shm"
+	Shm Kind = "shm"
 )
 
 // store is one tier's directory and its space accounting: the base tier
@@ -22,7 +25,7 @@ const (
 // headroom and share are immutable after Open; the rest is guarded by
 // Cache.mu.
 type store struct {
-	name     string // Disk or Shm
+	name     Kind // Disk or Shm
 	lay      layout
 	lock     *dirLock
 	bsize    int64   // filesystem block size: reservations are rounded up to it
@@ -57,7 +60,7 @@ type store struct {
 
 // openStore takes the lock of dir, creates its layout and sizes its budget
 // (maxBytes, or share of the filesystem if 0). On error nothing is held.
-func openStore(name string, lay layout, maxBytes int64, share float64) (*store, error) {
+func openStore(name Kind, lay layout, maxBytes int64, share float64) (*store, error) {
 	if err := os.MkdirAll(lay.root, 0o755); err != nil {
 		return nil, fmt.Errorf("tier: create %s dir: %w", name, err)
 	}
@@ -73,7 +76,7 @@ func openStore(name string, lay layout, maxBytes int64, share float64) (*store, 
 }
 
 // newStore creates the layout of a locked directory and sizes its budget.
-func newStore(name string, lay layout, lk *dirLock, maxBytes int64, share float64) (*store, error) {
+func newStore(name Kind, lay layout, lk *dirLock, maxBytes int64, share float64) (*store, error) {
 	if err := lay.create(); err != nil {
 		return nil, err
 	}

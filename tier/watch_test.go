@@ -102,8 +102,8 @@ func TestDiskFileTruncatedBehindBack(t *testing.T) {
 // damaged file first: its fstat check must catch it, and the event the
 // watcher then handles late must not drop the fresh copy.
 func TestOpenChecksFileBeforeServing(t *testing.T) {
-	for _, tier := range []string{Disk, Shm} {
-		t.Run(tier, func(t *testing.T) {
+	for _, tier := range []Kind{Disk, Shm} {
+		t.Run(string(tier), func(t *testing.T) {
 			env := newDirEnv(t)
 			dir, shm := t.TempDir(), shmDir(t)
 			entered, release := make(chan struct{}), make(chan struct{})
@@ -136,7 +136,7 @@ func TestOpenChecksFileBeforeServing(t *testing.T) {
 				t.Fatal(err)
 			}
 			openRead(t, c, obj("bkt", "obj"), data) // never the short file
-			wantDownloads := map[string]int64{Disk: 2, Shm: 1}[tier]
+			wantDownloads := map[Kind]int64{Disk: 2, Shm: 1}[tier]
 			if st := c.Stats(); st.Damaged != 1 || env.dl.calls.Load() != wantDownloads {
 				t.Errorf("damaged, downloads = %d, %d; want 1, %d", st.Damaged, env.dl.calls.Load(), wantDownloads)
 			}
@@ -169,7 +169,7 @@ func TestWatchedDirRemoved(t *testing.T) {
 	}
 	// The file's event comes first, then the directory's, which triggers
 	// the rescan.
-	for n := hooks.next(t, "a rescan"); n.kind != "rescanned" || n.key != Shm; n = hooks.next(t, "a rescan") {
+	for n := hooks.next(t, "a rescan"); n.kind != "rescanned" || n.key != string(Shm); n = hooks.next(t, "a rescan") {
 	}
 	if got := tierOf(c, "bkt", "obj"); got != Disk {
 		t.Errorf("tier after its shm directory was removed = %s; want disk", got)

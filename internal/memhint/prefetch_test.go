@@ -1,4 +1,4 @@
-package prefetch
+package memhint
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-// Package prefetch hints the CPU to load memory into its caches ahead of
+// Package memhint hints the CPU to load memory into its caches ahead of
 // use, without waiting for it: the loader's gather issues these for the
 // rows it copies next, so that the misses of many small random rows
 // overlap instead of each stalling its copy.
@@ -10,7 +10,7 @@
 // Pages is the same idea one level down: it asks the kernel to map a file
 // mapping's pages into the process ahead of use, so that the reads that
 // follow take no page faults.
-package prefetch
+package memhint
 
 // Line is the cache-line stride the hints step by.
 const Line = 64

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package prefetch
+package memhint
 
 // Pages does nothing where MADV_POPULATE_READ does not exist: reading the
 // memory faults its pages in.
