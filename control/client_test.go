@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/tier"
 )
 
 // serve runs h on a Unix socket in a temp dir until the test ends and
@@ -63,20 +62,24 @@ func TestDialUnavailable(t *testing.T) {
 }
 
 func TestErrorCodes(t *testing.T) {
-	for _, sentinel := range []error{fetch.ErrNotFound, fetch.ErrInvalidName, fetch.ErrChecksum, tier.ErrNoSpace,
-		tier.ErrNoShm, ErrNotFound, ErrInvalid, ErrSessionEnded, ErrUnavailable} {
-		code, status := CodeOf(errors.Join(errors.New("context"), sentinel))
-		e := &Error{Status: status, Code: code, Message: "m"}
+	for code, sentinel := range map[string]error{CodeObjectNotFound: fetch.ErrNotFound,
+		CodeInvalidName: fetch.ErrInvalidName, CodeChecksum: fetch.ErrChecksum, CodeNoSpace: ErrNoSpace,
+		CodeNoShm: ErrNoShm, CodeNotFound: ErrNotFound, CodeInvalid: ErrInvalid,
+		CodeSessionEnded: ErrSessionEnded, CodeUnavailable: ErrUnavailable} {
+		e := &Error{Status: StatusOf(code), Code: code, Message: "m"}
 		if !errors.Is(e, sentinel) {
-			t.Errorf("code %q (status %d) does not match %v", code, status, sentinel)
+			t.Errorf("code %q (status %d) does not match %v", code, e.Status, sentinel)
+		}
+		if e.Status < 400 || e.Status == http.StatusInternalServerError {
+			t.Errorf("code %q: status %d", code, e.Status)
 		}
 	}
-	if code, status := CodeOf(errors.New("boom")); code != CodeInternal || status != http.StatusInternalServerError {
-		t.Errorf("CodeOf(other) = %q, %d; want internal, 500", code, status)
+	if status := StatusOf(CodeInternal); status != http.StatusInternalServerError {
+		t.Errorf("StatusOf(internal) = %d; want 500", status)
 	}
 	e := &Error{Code: CodeUnavailable}
-	if errors.Is(e, context.Canceled) || errors.Is(e, tier.ErrClosed) {
-		t.Error("an unavailable answer matches context.Canceled or tier.ErrClosed; want only ErrUnavailable")
+	if errors.Is(e, context.Canceled) || errors.Is(e, ErrNotFound) {
+		t.Error("an unavailable answer matches context.Canceled or ErrNotFound; want only ErrUnavailable")
 	}
 	if errors.Is(&Error{Code: "unknown"}, ErrInvalid) {
 		t.Error("an unknown code matches ErrInvalid")

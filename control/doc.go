@@ -13,7 +13,7 @@
 //	defer l.Close()
 //	// map or read l.Path(); l.Stale() turns true when the daemon moves on
 //
-// *Client implements mmapstore.Opener, so a Store over it maps the daemon's
+// *Client is an mmapstore.Opener (its Files are *Lease), so a Store over it maps the daemon's
 // copies: every job and rank on a machine shares one cache, one download
 // per object and one budget. It also implements the loader's Planner (Plan,
 // AdvancePlan, DropPlan), StatsReporter (ReportStats) and Stager (Fetch,

@@ -1,12 +1,10 @@
 package control
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Sentinel errors. Test them with errors.Is.
@@ -25,6 +23,12 @@ var (
 	ErrClosed = errors.New("control: client closed")
 	// ErrReleased means a Lease was released twice.
 	ErrReleased = errors.New("control: lease already released")
+	// ErrNoSpace means the daemon's cache has no room for an object: what
+	// is pinned or in use fills its budget (the cache's own error is
+	// tier.ErrNoSpace).
+	ErrNoSpace = errors.New("control: no space in the cache")
+	// ErrNoShm means the daemon's cache has no shm tier (tier.ErrNoShm).
+	ErrNoShm = errors.New("control: no shm tier configured")
 )
 
 // Error codes of ErrorBody.Code.
@@ -32,8 +36,8 @@ const (
 	CodeObjectNotFound = "object_not_found" // fetch.ErrNotFound
 	CodeInvalidName    = "invalid_name"     // fetch.ErrInvalidName
 	CodeChecksum       = "checksum"         // fetch.ErrChecksum
-	CodeNoSpace        = "no_space"         // tier.ErrNoSpace
-	CodeNoShm          = "no_shm"           // tier.ErrNoShm
+	CodeNoSpace        = "no_space"         // ErrNoSpace
+	CodeNoShm          = "no_shm"           // ErrNoShm
 	CodeNotFound       = "not_found"        // ErrNotFound
 	CodeInvalid        = "invalid"          // ErrInvalid
 	CodeUnavailable    = "unavailable"      // ErrUnavailable
@@ -41,41 +45,40 @@ const (
 	CodeInternal       = "internal"         // anything else
 )
 
-// codes maps error codes to HTTP statuses and the sentinels they stand for,
-// most specific first.
-var codes = []struct {
-	code   string
+// codes maps each error code to its HTTP status and the sentinel an Error
+// with that code matches. The daemon decides which code an error of its
+// own gets (it knows the cache's sentinels); the client only reads codes.
+var codes = map[string]struct {
 	status int
 	err    error
 }{
-	{CodeObjectNotFound, http.StatusNotFound, fetch.ErrNotFound},
-	{CodeInvalidName, http.StatusBadRequest, fetch.ErrInvalidName},
-	{CodeChecksum, http.StatusBadGateway, fetch.ErrChecksum},
-	{CodeNoSpace, http.StatusInsufficientStorage, tier.ErrNoSpace},
-	{CodeNoShm, http.StatusConflict, tier.ErrNoShm},
-	{CodeNotFound, http.StatusNotFound, ErrNotFound},
-	{CodeNotFound, http.StatusNotFound, tier.ErrNoPlan},
-	{CodeInvalid, http.StatusBadRequest, ErrInvalid},
-	{CodeSessionEnded, http.StatusGone, ErrSessionEnded},
-	{CodeUnavailable, http.StatusServiceUnavailable, ErrUnavailable},
-	{CodeUnavailable, http.StatusServiceUnavailable, tier.ErrClosed},
-	{CodeUnavailable, http.StatusServiceUnavailable, context.Canceled},
+	CodeObjectNotFound: {http.StatusNotFound, fetch.ErrNotFound},
+	CodeInvalidName:    {http.StatusBadRequest, fetch.ErrInvalidName},
+	CodeChecksum:       {http.StatusBadGateway, fetch.ErrChecksum},
+	CodeNoSpace:        {http.StatusInsufficientStorage, ErrNoSpace},
+	CodeNoShm:          {http.StatusConflict, ErrNoShm},
+	CodeNotFound:       {http.StatusNotFound, ErrNotFound},
+	CodeInvalid:        {http.StatusBadRequest, ErrInvalid},
+	CodeSessionEnded:   {http.StatusGone, ErrSessionEnded},
+	CodeUnavailable:    {http.StatusServiceUnavailable, ErrUnavailable},
 }
 
-// CodeOf returns the error code and HTTP status the daemon answers err
-// with.
-func CodeOf(err error) (code string, status int) {
-	for _, c := range codes {
-		if errors.Is(err, c.err) {
-			return c.code, c.status
-		}
+// StatusOf returns the HTTP status of an error code
+// (500 for CodeInternal and unknown codes).
+func StatusOf(code string) int {
+	if c, ok := codes[code]; ok {
+		return c.status
 	}
-	return CodeInternal, http.StatusInternalServerError
+	return http.StatusInternalServerError
 }
+
+// sentinelOf returns the sentinel an error code stands for, nil for
+// CodeInternal and unknown codes.
+func sentinelOf(code string) error { return codes[code].err }
 
 // Error is an error answer from the daemon. It matches (errors.Is) the
 // sentinel its code stands for: fetch.ErrNotFound, fetch.ErrInvalidName,
-// fetch.ErrChecksum, tier.ErrNoSpace, tier.ErrNoShm, ErrNotFound, ErrInvalid,
+// fetch.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
 // ErrSessionEnded or ErrUnavailable.
 type Error struct {
 	// Status is the HTTP status.
@@ -91,10 +94,6 @@ func (e *Error) Error() string { return "cacheagent daemon: " + e.Message }
 
 // Is reports whether target is the sentinel e's code stands for.
 func (e *Error) Is(target error) bool {
-	for _, c := range codes {
-		if c.code == e.Code {
-			return c.err == target // the first entry of a code is its sentinel
-		}
-	}
-	return false
+	err := sentinelOf(e.Code)
+	return err != nil && err == target
 }

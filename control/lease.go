@@ -15,16 +15,10 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/mmapstore"
 )
 
 // releaseTimeout bounds Lease.Close, which has no context.
 const releaseTimeout = 30 * time.Second
-
-var (
-	_ mmapstore.Opener = (*Client)(nil)
-	_ mmapstore.File   = (*Lease)(nil)
-)
 
 // Acquire returns a lease on o's best local copy, which the daemon fetches
 // first if needed. Until the lease is released, or the client's lease
@@ -58,14 +52,11 @@ func (c *Client) Acquire(ctx context.Context, o fetch.Object) (*Lease, error) {
 	return nil, err
 }
 
-// Open implements mmapstore.Opener: it is Acquire, so that a Store maps the
-// daemon's copies and every process on the machine shares one cache.
-func (c *Client) Open(ctx context.Context, o fetch.Object) (mmapstore.File, error) {
-	l, err := c.Acquire(ctx, o)
-	if err != nil {
-		return nil, err // never a typed nil in the interface
-	}
-	return l, nil
+// Open is Acquire, in the shape mmapstore.Opener declares, so that a Store
+// maps the daemon's copies and every process on the machine shares one
+// cache.
+func (c *Client) Open(ctx context.Context, o fetch.Object) (*Lease, error) {
+	return c.Acquire(ctx, o)
 }
 
 // session returns the current lease session, opening one if needed.

@@ -61,6 +61,6 @@
 // Conditions callers test: ErrConfig (a config that cannot work),
 // ErrSocketInUse (another daemon answers on the socket), and the cache's
 // own (tier.ErrLocked with *tier.LockedError naming the owner's pid).
-// Errors sent to clients carry a code (control.CodeOf) that the client maps
+// Errors sent to clients carry a code (codeOf, errors.go) that the client maps
 // back to the same sentinels.
 package daemon

@@ -96,7 +96,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // writeError sends err as an ErrorBody with the status its code maps to.
 func writeError(w http.ResponseWriter, err error) {
-	code, status := control.CodeOf(err)
+	code, status := codeOf(err)
 	writeJSON(w, status, control.ErrorBody{Error: err.Error(), Code: code})
 }
 

@@ -57,7 +57,7 @@ func newEnv(t testing.TB, data synth.Dataset, fc gpu.FakeConfig) *env {
 	if err != nil {
 		t.Fatalf("tier.Open: %v", err)
 	}
-	s := mmapstore.New(mmapstore.FromCache(c), mmapstore.Config{Revalidate: -1})
+	s := mmapstore.New(c.Opener(), mmapstore.Config{Revalidate: -1})
 	t.Cleanup(func() {
 		if n := s.Stats().Leases; n != 0 {
 			t.Errorf("%d leases outstanding after every Feed closed", n)

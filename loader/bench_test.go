@@ -47,9 +47,9 @@ func warmLoader(b *testing.B, data synth.Dataset, cfg Config, epochs int) *Loade
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := mmapstore.New(mmapstore.FromCache(c), mmapstore.Config{Revalidate: -1})
+	store := mmapstore.New(c.Opener(), mmapstore.Config{Revalidate: -1})
 	cfg.Dataset, cfg.Epochs = e.dataset(b), 1+epochs
-	cfg.Planner, cfg.Stager = c, CacheStager(c)
+	cfg.Planner, cfg.Stager = c, c.Stager()
 	l, err := New(FromStore(store), cfg)
 	if err != nil {
 		b.Fatal(err)

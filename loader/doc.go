@@ -7,10 +7,10 @@
 //
 //	ds, err := loader.FromPattern(ctx, src, "bucket", "train/", "shard-*.{x,y}.npy")
 //	…
-//	store := mmapstore.New(mmapstore.FromCache(cache), mmapstore.Config{})
+//	store := mmapstore.New(cache.Opener(), mmapstore.Config{})
 //	l, err := loader.New(loader.FromStore(store), loader.Config{Dataset: ds, BatchSize: 256,
 //		Seed: 1, Rank: rank, World: world, Epochs: 10,
-//		Planner: cache, Stager: loader.CacheStager(cache)})
+//		Planner: cache, Stager: cache.Stager()})
 //	…
 //	defer l.Close()
 //	for {

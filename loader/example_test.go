@@ -44,7 +44,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer cache.Close()
-	store := mmapstore.New(mmapstore.FromCache(cache), mmapstore.Config{})
+	store := mmapstore.New(cache.Opener(), mmapstore.Config{})
 	defer store.Close()
 
 	ds, err := loader.FromPattern(ctx, src, "data", "train/", "shard-*.{x,y}.npy")
@@ -52,7 +52,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	cfg := loader.Config{Dataset: ds, BatchSize: 4, Seed: 7, Window: 2, Rank: 0, World: 2, Epochs: 2,
-		Planner: cache, Stager: loader.CacheStager(cache)}
+		Planner: cache, Stager: cache.Stager()}
 	l, err := loader.New(loader.FromStore(store), cfg)
 	if err != nil {
 		log.Fatal(err)

@@ -51,7 +51,7 @@ func newEnv(t testing.TB, data synth.Dataset) *env {
 	if err != nil {
 		t.Fatalf("tier.Open: %v", err)
 	}
-	s := mmapstore.New(mmapstore.FromCache(c), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
+	s := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
 	t.Cleanup(func() {
 		checkNoGoroutines(t, nil) // every Loader of the test is closed by now
 		if n := s.Stats().Leases; n != 0 {
@@ -165,3 +165,9 @@ func checkBatch(t testing.TB, b *Batch, data synth.Dataset) {
 		}
 	}
 }
+
+// An in-process cache takes plans and stages objects.
+var (
+	_ Planner = (*tier.Cache)(nil)
+	_ Stager  = tier.Stager{}
+)

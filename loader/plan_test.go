@@ -196,13 +196,13 @@ func TestClairvoyantCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := mmapstore.New(mmapstore.FromCache(c), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
+	store := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
 	t.Cleanup(func() {
 		store.Close()
 		c.Close()
 	})
 	l, err := New(FromStore(store), Config{Dataset: e.dataset(t), BatchSize: 16, Seed: 2, Window: 2,
-		Lookahead: 1, Prefetch: 2, Epochs: 3, Planner: c, Stager: CacheStager(c)})
+		Lookahead: 1, Prefetch: 2, Epochs: 3, Planner: c, Stager: c.Stager()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,13 +2,11 @@ package loader
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
-	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Source lends the arrays of cached objects. FromStore adapts an
@@ -65,9 +63,6 @@ type Planner interface {
 	DropPlan(ctx context.Context, id string) error
 }
 
-// *tier.Cache takes plans in-process.
-var _ Planner = (*tier.Cache)(nil)
-
 // StatsReporter is a Planner that also takes the Loader's Stats, as the
 // daemon does to export every loader's stall time as metrics. A Loader
 // whose Planner implements it reports its totals as it advances through
@@ -97,26 +92,4 @@ type Stager interface {
 	// be placed there (then it is served from where it is; errors are
 	// advisory).
 	Promote(ctx context.Context, objs []fetch.Object) error
-}
-
-// CacheStager returns a Stager over an in-process tier.Cache: Fetch is
-// FetchObjects at demand priority, Promote is StageObjects (and nothing,
-// without a shm tier).
-func CacheStager(c *tier.Cache) Stager { return cacheStager{c} }
-
-// cacheStager adapts *tier.Cache to Stager.
-type cacheStager struct{ c *tier.Cache }
-
-// Fetch implements Stager.
-func (cs cacheStager) Fetch(ctx context.Context, objs []fetch.Object) error {
-	return cs.c.FetchObjects(ctx, objs, fetch.Demand)
-}
-
-// Promote implements Stager.
-func (cs cacheStager) Promote(ctx context.Context, objs []fetch.Object) error {
-	_, _, err := cs.c.StageObjects(ctx, objs)
-	if errors.Is(err, tier.ErrNoShm) {
-		return nil
-	}
-	return err
 }

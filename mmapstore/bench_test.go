@@ -49,7 +49,7 @@ func warmRow(s *Store, o fetch.Object, i int) (byte, error) {
 func TestWarmAcquireAllocs(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "a.npy", npyFile(64, 16))
-	s, _ := newStore(t, FromCache(e.cache), Config{Revalidate: time.Hour})
+	s, _ := newStore(t, e.cache.Opener(), Config{Revalidate: time.Hour})
 	if _, err := warmRow(s, o, 0); err != nil { // map and parse
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestWarmAcquireAllocs(t *testing.T) {
 func BenchmarkWarmAcquireRow(b *testing.B) {
 	e := newEnv(b, 0)
 	o := e.put(b, "a.npy", npyFile(1024, 64))
-	s, _ := newStore(b, FromCache(e.cache), Config{Revalidate: time.Hour})
+	s, _ := newStore(b, e.cache.Opener(), Config{Revalidate: time.Hour})
 	l := acquire(b, s, o)
 	a, err := l.Array()
 	if err != nil {
@@ -107,7 +107,7 @@ func BenchmarkReadShard(b *testing.B) {
 	const size = 64 << 20
 	e := newEnv(b, 0)
 	o := e.put(b, "shard.bin", pattern(5, size))
-	s, _ := newStore(b, FromCache(e.cache), Config{Revalidate: time.Hour})
+	s, _ := newStore(b, e.cache.Opener(), Config{Revalidate: time.Hour})
 	l := acquire(b, s, o)
 	defer l.Release() // keeps the mapping for the sub-benchmarks
 	path := pathOf(l)

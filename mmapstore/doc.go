@@ -6,7 +6,7 @@
 //
 // # Usage
 //
-//	s := mmapstore.New(mmapstore.FromCache(cache), mmapstore.Config{})
+//	s := mmapstore.New(cache.Opener(), mmapstore.Config{})
 //	defer s.Close()
 //	l, err := s.Acquire(ctx, fetch.Object{Bucket: "b", Name: "train/x-0001.npy"})
 //	…
@@ -35,7 +35,7 @@
 //
 // # Pinning
 //
-// A mapping holds its File open for its whole life. With FromCache that is
+// A mapping holds its File open for its whole life. With a tier.Cache's Opener that is
 // a tier.Handle, so a leased object is never evicted from under a reader.
 // The cost is that idle mappings also block eviction: bound them with
 // Config.MaxIdleBytes, or call Trim when the cache needs room. If a file is
@@ -49,7 +49,7 @@
 //
 // Acquire asks the Opener again when the mapping's File reports Stale (one
 // atomic load, checked on every Acquire) and at most once per
-// Config.Revalidate interval otherwise. With FromCache that Open is when
+// Config.Revalidate interval otherwise. With a tier.Cache's Opener that Open is when
 // the cache may check the source for a newer generation (its own interval
 // decides), and it is also how the cache learns the object is still in use
 // (its LRU order, promotion to the shm tier). Only one Acquire per mapping

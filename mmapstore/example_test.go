@@ -45,7 +45,7 @@ func ExampleStore_Acquire() {
 	}
 	defer cache.Close()
 
-	s := mmapstore.New(mmapstore.FromCache(cache), mmapstore.Config{})
+	s := mmapstore.New(cache.Opener(), mmapstore.Config{})
 	defer s.Close()
 	l, err := s.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "train/x.npy"})
 	if err != nil {

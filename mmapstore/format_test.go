@@ -54,7 +54,7 @@ func TestArrayOfTestdata(t *testing.T) {
 	var want []npyExpectation
 	loadJSON(t, filepath.Join("npy", "testdata", "expect.json"), &want)
 	e := newEnv(t, 0)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	for _, w := range want {
 		t.Run(w.File, func(t *testing.T) {
 			raw, o := e.putFile(t, "npy/"+w.File, filepath.Join("npy", "testdata", w.File))
@@ -96,7 +96,7 @@ func TestTensorsOfTestdata(t *testing.T) {
 	var want []stExpectation
 	loadJSON(t, filepath.Join("safetensors", "testdata", "expect.json"), &want)
 	e := newEnv(t, 0)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	for _, w := range want {
 		t.Run(w.File, func(t *testing.T) {
 			_, o := e.putFile(t, "st/"+w.File, filepath.Join("safetensors", "testdata", w.File))
@@ -147,7 +147,7 @@ func TestMalformedFiles(t *testing.T) {
 		{"short.safetensors", []byte("\xff\x00\x00\x00\x00\x00\x00\x00{"), ErrFormat, safetensors.ErrTruncated},
 	}
 	e := newEnv(t, 0)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			l := acquire(t, s, e.put(t, "bad/"+tc.name, tc.data))

@@ -39,7 +39,7 @@ type env struct {
 
 // newEnv returns an env whose cache has the given byte budget (0: default)
 // and never revalidates on its own; tests pass tier.WithRevalidate to
-// FromCache when they want it to.
+// the cache's Opener when they want it to.
 func newEnv(t testing.TB, maxBytes int64) *env {
 	t.Helper()
 	root := t.TempDir()
@@ -109,7 +109,7 @@ func (c *fakeClock) advance(d time.Duration) { c.t.Add(int64(d)) }
 
 // newStore returns a Store over o with a fake clock, closed after the test,
 // whose invariants are checked then.
-func newStore(t testing.TB, o Opener, cfg Config) (*Store, *fakeClock) {
+func newStore[F File](t testing.TB, o Opener[F], cfg Config) (*Store, *fakeClock) {
 	t.Helper()
 	s := New(o, cfg)
 	clk := new(fakeClock)
@@ -188,3 +188,6 @@ func pattern(seed byte, n int) []byte {
 	}
 	return b
 }
+
+// A tier handle is a File.
+var _ File = (*tier.Handle)(nil)

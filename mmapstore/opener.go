@@ -4,17 +4,17 @@ import (
 	"context"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/tier"
 )
 
-// Opener gives access to the current best local copy of an object. The
-// in-process implementation is FromCache; a client of the daemon's socket
-// is another. Implementations must be safe for concurrent use.
-type Opener interface {
+// Opener gives access to the current best local copy of an object, as a
+// File of type F. The in-process cache's is tier.Cache.Opener (F is
+// *tier.Handle); the daemon's client is another (F is *control.Lease).
+// Implementations must be safe for concurrent use.
+type Opener[F File] interface {
 	// Open returns an open File on o's best local copy, fetching it first
 	// if needed. The copy must stay readable, and its file must keep its
 	// size, until the File is closed.
-	Open(ctx context.Context, o fetch.Object) (File, error)
+	Open(ctx context.Context, o fetch.Object) (F, error)
 }
 
 // File is an open local copy of one object generation.
@@ -35,26 +35,17 @@ type File interface {
 	Close() error
 }
 
-var _ File = (*tier.Handle)(nil)
+// openFunc is an Opener with its File type erased, as a Store keeps it.
+type openFunc func(ctx context.Context, o fetch.Object) (File, error)
 
-// FromCache returns an Opener over c: each Open is c.Open(ctx, o, opts...),
-// and each File a *tier.Handle, which keeps its entry from being evicted
-// until closed.
-func FromCache(c *tier.Cache, opts ...tier.OpenOption) Opener {
-	return cacheOpener{c: c, opts: opts}
-}
-
-// cacheOpener adapts tier.Cache.Open to Opener.
-type cacheOpener struct {
-	c    *tier.Cache
-	opts []tier.OpenOption
-}
-
-// Open implements Opener.
-func (co cacheOpener) Open(ctx context.Context, o fetch.Object) (File, error) {
-	h, err := co.c.Open(ctx, o, co.opts...)
-	if err != nil {
-		return nil, err // never a typed nil in the interface
+// erase returns o's Open as an openFunc. A failed Open yields a nil File,
+// never a typed nil in the interface.
+func erase[F File](o Opener[F]) openFunc {
+	return func(ctx context.Context, obj fetch.Object) (File, error) {
+		f, err := o.Open(ctx, obj)
+		if err != nil {
+			return nil, err
+		}
+		return f, nil
 	}
-	return h, nil
 }

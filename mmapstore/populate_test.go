@@ -50,7 +50,7 @@ func TestPopulate(t *testing.T) {
 	e := newEnv(t, 0)
 	const size = 1 << 20
 	o := e.put(t, "p/x.bin", pattern(3, size))
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	l := acquire(t, s, o)
 	if rss := rssOf(t, l.Bytes()); rss >= size {
 		t.Fatalf("a fresh mapping has %d bytes resident before anything read it; want fewer than %d", rss, size)

@@ -23,7 +23,7 @@ func TestRevalidateMovesToNewGeneration(t *testing.T) {
 	e := newEnv(t, 0)
 	old, fresh := pattern(1, 5000), pattern(2, 6000)
 	o := e.put(t, "g/x", old)
-	s, clk := newStore(t, FromCache(e.cache, tier.WithRevalidate(0)), Config{Revalidate: time.Second})
+	s, clk := newStore(t, e.cache.Opener(tier.WithRevalidate(0)), Config{Revalidate: time.Second})
 
 	l1 := acquire(t, s, o)
 	oldPath := pathOf(l1)
@@ -66,7 +66,7 @@ func TestRevalidateMovesToNewGeneration(t *testing.T) {
 func TestStaleReopensAtOnce(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "s/x", pattern(3, 4000))
-	s, _ := newStore(t, FromCache(e.cache), Config{Revalidate: -1})
+	s, _ := newStore(t, e.cache.Opener(), Config{Revalidate: -1})
 
 	l1 := acquire(t, s, o)
 	e.put(t, "s/x", pattern(4, 4000))
@@ -97,7 +97,7 @@ func TestStaleCopyOfExactGeneration(t *testing.T) {
 	e := newEnv(t, 0)
 	data := pattern(5, 3000)
 	e.put(t, "x/g", data)
-	s, _ := newStore(t, FromCache(e.cache), Config{Revalidate: -1})
+	s, _ := newStore(t, e.cache.Opener(), Config{Revalidate: -1})
 	l1 := acquire(t, s, fetch.Object{Bucket: "b", Name: "x/g"})
 	o := l1.Attrs().Object // with its generation
 
@@ -136,7 +136,7 @@ func TestRemovedFileUnderLease(t *testing.T) {
 	e := newEnv(t, 0)
 	data := pattern(7, 3*4096+5)
 	o := e.put(t, "r/x", data)
-	s, clk := newStore(t, FromCache(e.cache), Config{Revalidate: time.Second})
+	s, clk := newStore(t, e.cache.Opener(), Config{Revalidate: time.Second})
 
 	l1 := acquire(t, s, o)
 	path := pathOf(l1)
@@ -175,7 +175,7 @@ func TestRemovedFileWhileIdle(t *testing.T) {
 	e := newEnv(t, 0)
 	data := pattern(8, 10_000)
 	o := e.put(t, "r/y", data)
-	s, clk := newStore(t, FromCache(e.cache), Config{Revalidate: time.Second})
+	s, clk := newStore(t, e.cache.Opener(), Config{Revalidate: time.Second})
 
 	l1 := acquire(t, s, o)
 	path := pathOf(l1)
@@ -199,7 +199,7 @@ func TestRemovedFileWhileIdle(t *testing.T) {
 
 // gatedOpener blocks the Opens it is armed for until the gate opens.
 type gatedOpener struct {
-	Opener
+	tier.Opener
 	armed   atomic.Bool
 	entered chan struct{} // closed when an armed Open starts
 	gate    chan struct{} // an armed Open waits for this
@@ -216,7 +216,11 @@ func (g *gatedOpener) Open(ctx context.Context, o fetch.Object) (File, error) {
 			return nil, ctx.Err()
 		}
 	}
-	return g.Opener.Open(ctx, o)
+	h, err := g.Opener.Open(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // TestRevalidationDoesNotBlockReaders holds one revalidating Open: other
@@ -224,7 +228,7 @@ func (g *gatedOpener) Open(ctx context.Context, o fetch.Object) (File, error) {
 func TestRevalidationDoesNotBlockReaders(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "rv", pattern(9, 2000))
-	g := &gatedOpener{Opener: FromCache(e.cache), entered: make(chan struct{}), gate: make(chan struct{})}
+	g := &gatedOpener{Opener: e.cache.Opener(), entered: make(chan struct{}), gate: make(chan struct{})}
 	s, clk := newStore(t, g, Config{Revalidate: time.Second})
 	release(t, acquire(t, s, o))
 
@@ -265,7 +269,7 @@ func TestStaleIdleMappingsAreSwept(t *testing.T) {
 	e := newEnv(t, 0)
 	a := e.put(t, "sw/a", pattern(1, 3000))
 	b := e.put(t, "sw/b", pattern(2, 3000))
-	s, clk := newStore(t, FromCache(e.cache), Config{Revalidate: time.Second})
+	s, clk := newStore(t, e.cache.Opener(), Config{Revalidate: time.Second})
 	la := acquire(t, s, a)
 	path := pathOf(la)
 	release(t, la)

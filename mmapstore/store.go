@@ -25,7 +25,7 @@ const (
 // Config configures a Store. New never modifies it.
 type Config struct {
 	// Revalidate is how long Acquire serves an object's mapping before it
-	// asks the Opener again for the object's current copy. With FromCache
+	// asks the Opener again for the object's current copy. With a tier.Cache's Opener
 	// that is a tier.Cache.Open, which checks the source only when the
 	// cache's own revalidation interval has passed. A File turning Stale
 	// makes the next Acquire ask at once, whatever this says. 0 means
@@ -33,7 +33,7 @@ type Config struct {
 	Revalidate time.Duration
 	// MaxIdleMappings bounds the mappings kept with no lease, least
 	// recently released dropped first. Each holds its File open (with
-	// FromCache, a tier handle that blocks the entry's eviction). 0 means
+	// a tier.Cache's Opener, a tier handle that blocks the entry's eviction). 0 means
 	// DefaultMaxIdleMappings; negative means none are kept, so the last
 	// Release of a mapping unmaps it.
 	MaxIdleMappings int
@@ -50,7 +50,7 @@ type Config struct {
 // safe for concurrent use. See the package documentation for lifetimes.
 type Store struct {
 	// Immutable after New.
-	opener       Opener
+	open         openFunc
 	revalidate   time.Duration // negative: never
 	sweepEvery   time.Duration // how often Acquire drops stale idle mappings
 	maxIdle      int
@@ -77,11 +77,11 @@ type Store struct {
 
 // New returns a Store over o. It panics if o is nil (a programming error).
 // Zero or negative Config fields are interpreted as Config documents.
-func New(o Opener, cfg Config) *Store {
+func New[F File](o Opener[F], cfg Config) *Store {
 	if o == nil {
 		panic("mmapstore: New with a nil Opener")
 	}
-	s := &Store{opener: o, revalidate: cfg.Revalidate, maxIdle: cfg.MaxIdleMappings,
+	s := &Store{open: erase(o), revalidate: cfg.Revalidate, maxIdle: cfg.MaxIdleMappings,
 		maxIdleBytes: cfg.MaxIdleBytes, log: cfg.Logger, maps: make(map[fetch.Object]*mapping)}
 	if s.revalidate == 0 {
 		s.revalidate = DefaultRevalidate
@@ -112,7 +112,7 @@ func New(o Opener, cfg Config) *Store {
 }
 
 // Acquire returns a lease on a read-only mapping of o's current local copy,
-// opening (and, with FromCache, fetching) and mapping it on a miss. On a
+// opening (and, with a tier.Cache's Opener, fetching) and mapping it on a miss. On a
 // warm object it takes a lock, looks the mapping up and counts a reference:
 // no system call, no allocation. The lease must be released. Errors wrap
 // the Opener's (fetch.ErrNotFound, …) or ErrClosed.
@@ -146,7 +146,7 @@ func (s *Store) acquireSlow(ctx context.Context, o fetch.Object, now time.Durati
 	if err != nil || l.sl != nil {
 		return l, err
 	}
-	f, err := s.opener.Open(ctx, o)
+	f, err := s.open(ctx, o)
 	if err != nil {
 		s.endCheck(cur)
 		return Lease{}, fmt.Errorf("mmapstore: acquire %s: %w", o, err)

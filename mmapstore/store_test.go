@@ -18,7 +18,7 @@ func TestAcquireWarmIsAHit(t *testing.T) {
 	e := newEnv(t, 0)
 	data := pattern(1, 100_000)
 	o := e.put(t, "d/x.bin", data)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 
 	l := acquire(t, s, o)
 	if !bytes.Equal(l.Bytes(), data) {
@@ -48,7 +48,7 @@ func TestAcquireWarmIsAHit(t *testing.T) {
 func TestReleaseTwice(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "x", pattern(2, 4096))
-	s, _ := newStore(t, FromCache(e.cache), Config{MaxIdleMappings: -1})
+	s, _ := newStore(t, e.cache.Opener(), Config{MaxIdleMappings: -1})
 
 	l := acquire(t, s, o)
 	cp := l // a copy is the same lease
@@ -90,7 +90,7 @@ func TestConcurrentLeases(t *testing.T) {
 		datas[i] = pattern(byte(10+i), 8192+i)
 		objs[i] = e.put(t, fmt.Sprintf("c/%d", i), datas[i])
 	}
-	s, _ := newStore(t, FromCache(e.cache), Config{MaxIdleMappings: 1})
+	s, _ := newStore(t, e.cache.Opener(), Config{MaxIdleMappings: 1})
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
@@ -127,7 +127,7 @@ func TestConcurrentLeases(t *testing.T) {
 func TestLastReleaseUnmaps(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "u", pattern(3, 3*4096))
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 
 	l1, l2 := acquire(t, s, o), acquire(t, s, o)
 	path := pathOf(l1)
@@ -166,7 +166,7 @@ func TestIdleBounds(t *testing.T) {
 	for i := range 4 {
 		objs = append(objs, e.put(t, fmt.Sprintf("i/%d", i), pattern(byte(i), 1000)))
 	}
-	s, _ := newStore(t, FromCache(e.cache), Config{MaxIdleMappings: 2, MaxIdleBytes: 2500})
+	s, _ := newStore(t, e.cache.Opener(), Config{MaxIdleMappings: 2, MaxIdleBytes: 2500})
 	for _, o := range objs {
 		release(t, acquire(t, s, o))
 	}
@@ -197,7 +197,7 @@ func TestCloseWithOutstandingLeases(t *testing.T) {
 	e := newEnv(t, 0)
 	leased := e.put(t, "c/leased", pattern(4, 5000))
 	idle := e.put(t, "c/idle", pattern(5, 6000))
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	l := acquire(t, s, leased)
 	li := acquire(t, s, idle)
 	idlePath := pathOf(li)
@@ -234,7 +234,7 @@ func TestCloseWithOutstandingLeases(t *testing.T) {
 func TestZeroLengthObject(t *testing.T) {
 	e := newEnv(t, 0)
 	o := e.put(t, "z/empty.npy", nil)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	l := acquire(t, s, o)
 	if b := l.Bytes(); b == nil || len(b) != 0 {
 		t.Errorf("Bytes = %v (nil %t); want an empty, non-nil slice", b, b == nil)
@@ -260,7 +260,7 @@ func TestView(t *testing.T) {
 	e := newEnv(t, 0)
 	data := pattern(6, 777)
 	o := e.put(t, "v", data)
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 	errStop := errors.New("stop")
 	err := s.View(context.Background(), o, func(b []byte) error {
 		if !bytes.Equal(b, data) {
@@ -287,7 +287,7 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 	e := newEnv(t, size+size/2) // room for one object
 	a := e.put(t, "p/a", pattern(7, size))
 	b := e.put(t, "p/b", pattern(8, size))
-	s, _ := newStore(t, FromCache(e.cache), Config{})
+	s, _ := newStore(t, e.cache.Opener(), Config{})
 
 	la := acquire(t, s, a)
 	if _, err := s.Acquire(context.Background(), b); !errors.Is(err, tier.ErrNoSpace) {

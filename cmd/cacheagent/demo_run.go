@@ -80,9 +80,9 @@ func (r *demoRun) runDirect(ctx context.Context, src fetch.Source) error {
 // first epoch's shards in the loader's order at plan priority and promotes
 // each to shm as it lands.
 func (r *demoRun) runAgent(ctx context.Context, a *agent) error {
-	store := mmapstore.New(mmapstore.FromCache(a.cache), mmapstore.Config{})
+	store := mmapstore.New(a.cache.Opener(), mmapstore.Config{})
 	defer store.Close()
-	st := &hitStager{Stager: loader.CacheStager(a.cache), cache: a.cache}
+	st := &hitStager{Stager: a.cache.Stager(), cache: a.cache}
 	cfg := r.loaderConfig()
 	cfg.Planner, cfg.Stager = a.cache, st
 	order, err := epochShards(r.ds, cfg, 0)

@@ -82,7 +82,7 @@ then by name. A malformed file fails with the reason.`,
 				rep, err = inspectWith(cmd.Context(), c, o)
 				return err
 			}, func(a *agent) (err error) {
-				rep, err = inspectWith(cmd.Context(), mmapstore.FromCache(a.cache), o)
+				rep, err = inspectWith(cmd.Context(), a.cache.Opener(), o)
 				return err
 			})
 			if err != nil {
@@ -102,7 +102,7 @@ then by name. A malformed file fails with the reason.`,
 
 // inspectWith describes o, mapped through a Store over op: the daemon's
 // leases, or the cache directory itself.
-func inspectWith(ctx context.Context, op mmapstore.Opener, o fetch.Object) (inspectReport, error) {
+func inspectWith[F mmapstore.File](ctx context.Context, op mmapstore.Opener[F], o fetch.Object) (inspectReport, error) {
 	s := mmapstore.New(op, mmapstore.Config{})
 	rep, err := inspectObject(ctx, s, o)
 	return rep, errors.Join(err, s.Close())

@@ -364,7 +364,7 @@ func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, s
 	if !keepMaps {
 		scfg.MaxIdleMappings = -1
 	}
-	bc.store = mmapstore.New(mmapstore.FromCache(bc.cache), scfg)
+	bc.store = mmapstore.New(bc.cache.Opener(), scfg)
 	return bc, nil
 }
 
@@ -409,7 +409,7 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 	if _, err := c.cache.PromoteObjects(ctx, objs); err != nil {
 		return benchLoaderRun{}, err
 	}
-	cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
+	cfg.Planner, cfg.Stager = c.cache, c.cache.Stager()
 	run, err := measure(ctx, c, cfg, dev, bytes, 1, 0)
 	run.Name = "warm " + mode
 	return run, err
@@ -434,7 +434,7 @@ func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes
 	name := "lru"
 	if clairvoyant {
 		name = "clairvoyant"
-		cfg.Planner, cfg.Stager = c.cache, loader.CacheStager(c.cache)
+		cfg.Planner, cfg.Stager = c.cache, c.cache.Stager()
 	}
 	run, err := measure(ctx, c, cfg, nil, bytes, 1, bc.policyStep)
 	run.Name = fmt.Sprintf("%s, cache %.0f%%", name, 100*bc.cacheFrac)

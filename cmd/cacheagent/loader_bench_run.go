@@ -345,8 +345,8 @@ func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, 
 	if err != nil {
 		return rep, err
 	}
-	cfg.Planner, cfg.Stager = a.cache, loader.CacheStager(a.cache)
-	store := mmapstore.New(mmapstore.FromCache(a.cache), mmapstore.Config{MaxIdleMappings: -1})
+	cfg.Planner, cfg.Stager = a.cache, a.cache.Stager()
+	store := mmapstore.New(a.cache.Opener(), mmapstore.Config{MaxIdleMappings: -1})
 	defer store.Close()
 	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, dev, bytes, 0, 0)
 	run.Name = bc.lf.data + bc.lf.manifest

@@ -92,7 +92,7 @@ func (nopCloser) Close() error { return nil }
 // agent maps its cached copies. Generations are ignored.
 type localFiles struct{ root string }
 
-var _ mmapstore.Opener = localFiles{}
+var _ mmapstore.Opener[mmapstore.File] = localFiles{}
 
 // Open implements mmapstore.Opener.
 func (lf localFiles) Open(_ context.Context, o fetch.Object) (mmapstore.File, error) {

@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// errorCodes maps the errors the daemon answers with to their control
+// codes, most specific first; the client maps each code back to a
+// sentinel of control's or fetch's (control.Error).
+var errorCodes = []struct {
+	err  error
+	code string
+}{
+	{fetch.ErrNotFound, control.CodeObjectNotFound},
+	{fetch.ErrInvalidName, control.CodeInvalidName},
+	{fetch.ErrChecksum, control.CodeChecksum},
+	{tier.ErrNoSpace, control.CodeNoSpace},
+	{tier.ErrNoShm, control.CodeNoShm},
+	{control.ErrNotFound, control.CodeNotFound},
+	{tier.ErrNoPlan, control.CodeNotFound},
+	{control.ErrInvalid, control.CodeInvalid},
+	{control.ErrSessionEnded, control.CodeSessionEnded},
+	{control.ErrUnavailable, control.CodeUnavailable},
+	{tier.ErrClosed, control.CodeUnavailable},
+	{context.Canceled, control.CodeUnavailable},
+}
+
+// codeOf returns the error code and HTTP status the daemon answers err
+// with.
+func codeOf(err error) (code string, status int) {
+	for _, c := range errorCodes {
+		if errors.Is(err, c.err) {
+			return c.code, control.StatusOf(c.code)
+		}
+	}
+	return control.CodeInternal, control.StatusOf(control.CodeInternal)
+}

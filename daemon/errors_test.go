@@ -1,0 +1,38 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// TestErrorCodes checks that each error the daemon answers with reaches a
+// client as the sentinel it stands for there.
+func TestErrorCodes(t *testing.T) {
+	for _, tc := range []struct{ err, client error }{
+		{fetch.ErrNotFound, fetch.ErrNotFound},
+		{fetch.ErrInvalidName, fetch.ErrInvalidName},
+		{fetch.ErrChecksum, fetch.ErrChecksum},
+		{tier.ErrNoSpace, control.ErrNoSpace},
+		{tier.ErrNoShm, control.ErrNoShm},
+		{tier.ErrNoPlan, control.ErrNotFound},
+		{tier.ErrClosed, control.ErrUnavailable},
+		{control.ErrNotFound, control.ErrNotFound},
+		{control.ErrInvalid, control.ErrInvalid},
+		{control.ErrSessionEnded, control.ErrSessionEnded},
+		{control.ErrUnavailable, control.ErrUnavailable},
+	} {
+		code, status := codeOf(fmt.Errorf("context: %w", tc.err))
+		if e := (&control.Error{Status: status, Code: code}); !errors.Is(e, tc.client) {
+			t.Errorf("%v: code %q (status %d) does not match %v at the client", tc.err, code, status, tc.client)
+		}
+	}
+	if code, status := codeOf(errors.New("boom")); code != control.CodeInternal || status != http.StatusInternalServerError {
+		t.Errorf("codeOf(other) = %q, %d; want internal, 500", code, status)
+	}
+}
