@@ -14,6 +14,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
@@ -33,14 +34,10 @@ func dataset(bucket, prefix string, n, size int) []fakestorage.Object {
 	return objs
 }
 
+// startEmulator starts the emulator with objs for the test.
 func startEmulator(t testing.TB, objs []fakestorage.Object) *emulator.Server {
 	t.Helper()
-	s, err := emulator.Start(emulator.Options{Objects: objs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return cachetest.Emulator(t, emulator.Options{Objects: objs})
 }
 
 // testConfig is a config for a daemon in dir against emu.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 )
@@ -69,7 +70,7 @@ func TestPrefetchJobWatch(t *testing.T) {
 // then closes the daemon, which stops those downloads: no temp file stays.
 func TestCancelJob(t *testing.T) {
 	started := make(chan struct{}, 1)
-	emu, err := emulator.Start(emulator.Options{Objects: dataset("bkt", "slow/", 2, 100_000),
+	emu := cachetest.Emulator(t, emulator.Options{Objects: dataset("bkt", "slow/", 2, 100_000),
 		Faults: func(_ *http.Request, _ int) emulator.Fault {
 			select {
 			case started <- struct{}{}:
@@ -77,10 +78,6 @@ func TestCancelJob(t *testing.T) {
 			}
 			return emulator.Fault{HeaderWait: time.Hour} // until the request is cancelled
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(emu.Close)
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)

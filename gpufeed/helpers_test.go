@@ -5,14 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
@@ -38,35 +35,17 @@ type env struct {
 func newEnv(t testing.TB, data synth.Dataset, fc gpu.FakeConfig) *env {
 	t.Helper()
 	t.Cleanup(func() { checkNoGoroutines(t) }) // runs last
-	root := t.TempDir()
-	if err := data.WriteDir(root, testBucket, "train/"); err != nil {
+	dir := cachetest.NewDir(t)
+	if err := data.WriteDir(dir.Root, testBucket, "train/"); err != nil {
 		t.Fatal(err)
 	}
-	src, err := fetch.NewDir(root)
-	if err != nil {
-		t.Fatalf("fetch.NewDir: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 1 << 20, Connections: 4, MaxAttempts: 2,
-		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("fetch.NewDownloader: %v", err)
-	}
-	c, err := tier.Open(context.Background(), tier.Config{Dir: filepath.Join(t.TempDir(), "cache"),
-		Revalidate: -1, Source: src, Downloader: dl})
-	if err != nil {
-		t.Fatalf("tier.Open: %v", err)
-	}
+	src := dir.Src
+	c := cachetest.Cache(t, src, cachetest.NewDownloader(t, src), tier.Config{})
 	s := mmapstore.New(c.Opener(), mmapstore.Config{Revalidate: -1})
+	cachetest.CloseAtEnd(t, "Store", s, mmapstore.ErrClosed)
 	t.Cleanup(func() {
 		if n := s.Stats().Leases; n != 0 {
 			t.Errorf("%d leases outstanding after every Feed closed", n)
-		}
-		if err := s.Close(); err != nil && !errors.Is(err, mmapstore.ErrClosed) {
-			t.Errorf("Store.Close: %v", err)
-		}
-		if err := c.Close(); err != nil && !errors.Is(err, tier.ErrClosed) {
-			t.Errorf("tier Close: %v", err)
 		}
 	})
 	ds, err := loader.FromPattern(context.Background(), src, testBucket, "train/", synth.Pattern)
@@ -133,15 +112,7 @@ func (e *env) checkFreed(t testing.TB) {
 // stream is alive.
 func checkNoGoroutines(t testing.TB) {
 	t.Helper()
-	buf := make([]byte, 1<<22)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range strings.Split(string(buf), "\n\n")[1:] { // the first is this one
-		for _, owner := range []string{"cacheagent/loader.(*Loader)", "cacheagent/gpufeed.(*", "gpu.(*FakeDevice).NewStream"} {
-			if strings.Contains(g, owner) {
-				t.Errorf("goroutine left after Close:\n%s", g)
-			}
-		}
-	}
+	cachetest.Goroutines(t, "cacheagent/loader.(*Loader)", "cacheagent/gpufeed.(*", "gpu.(*FakeDevice).NewStream")
 }
 
 // batchIDs is what a test keeps of a batch.

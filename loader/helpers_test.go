@@ -2,16 +2,14 @@ package loader
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/tier"
@@ -32,39 +30,20 @@ const testBucket = "b"
 // newEnv writes data under gs://b/train/ and opens a cache over it.
 func newEnv(t testing.TB, data synth.Dataset) *env {
 	t.Helper()
-	root := t.TempDir()
-	if err := data.WriteDir(root, testBucket, "train/"); err != nil {
+	d := cachetest.NewDir(t)
+	if err := data.WriteDir(d.Root, testBucket, "train/"); err != nil {
 		t.Fatal(err)
 	}
-	src, err := fetch.NewDir(root)
-	if err != nil {
-		t.Fatalf("fetch.NewDir: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 1 << 20, Connections: 4, MaxAttempts: 2,
-		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("fetch.NewDownloader: %v", err)
-	}
-	c, err := tier.Open(context.Background(), tier.Config{Dir: filepath.Join(t.TempDir(), "cache"),
-		Revalidate: -1, Source: src, Downloader: dl})
-	if err != nil {
-		t.Fatalf("tier.Open: %v", err)
-	}
+	c := cachetest.Cache(t, d.Src, cachetest.NewDownloader(t, d.Src), tier.Config{})
 	s := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
-	t.Cleanup(func() {
-		checkNoGoroutines(t, nil) // every Loader of the test is closed by now
+	cachetest.CloseAtEnd(t, "Store", s, mmapstore.ErrClosed)
+	t.Cleanup(func() { // runs first: every Loader of the test is closed by now
+		checkNoGoroutines(t, nil)
 		if n := s.Stats().Leases; n != 0 {
 			t.Errorf("%d leases outstanding after every Loader closed", n)
 		}
-		if err := s.Close(); err != nil && !errors.Is(err, mmapstore.ErrClosed) {
-			t.Errorf("Store.Close: %v", err)
-		}
-		if err := c.Close(); err != nil && !errors.Is(err, tier.ErrClosed) {
-			t.Errorf("tier Close: %v", err)
-		}
 	})
-	return &env{root: root, src: src, cache: c, store: s, data: data}
+	return &env{root: d.Root, src: d.Src, cache: c, store: s, data: data}
 }
 
 // dataset builds the env's dataset with FromPattern.

@@ -4,37 +4,23 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// countingDownloader wraps the real downloader and counts Fetch calls.
-type countingDownloader struct {
-	dl    *fetch.Downloader
-	calls atomic.Int64
-}
-
-func (d *countingDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
-	d.calls.Add(1)
-	return d.dl.Fetch(ctx, a, dst, u)
-}
-
-// env is a fetch.Dir source in a temp directory, a real downloader and a
-// real tier.Cache over them.
+// env is a fetch.Dir source in a temp directory, a real downloader that
+// counts its fetches and a real tier.Cache over them.
 type env struct {
-	root  string
-	src   *fetch.Dir
-	dl    *countingDownloader
+	dir   *cachetest.Dir
+	dl    *cachetest.Downloader
 	cache *tier.Cache
-	gen   int64 // last generation (mtime) handed out
 }
 
 // newEnv returns an env whose cache has the given byte budget (0: default)
@@ -42,53 +28,16 @@ type env struct {
 // the cache's Opener when they want it to.
 func newEnv(t testing.TB, maxBytes int64) *env {
 	t.Helper()
-	root := t.TempDir()
-	src, err := fetch.NewDir(root)
-	if err != nil {
-		t.Fatalf("fetch.NewDir: %v", err)
-	}
-	t.Cleanup(func() { src.Close() })
-	fdl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 1 << 20, Connections: 4, MaxAttempts: 2,
-		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatalf("fetch.NewDownloader: %v", err)
-	}
-	e := &env{root: root, src: src, dl: &countingDownloader{dl: fdl},
-		gen: time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()}
-	c, err := tier.Open(context.Background(), tier.Config{Dir: filepath.Join(t.TempDir(), "cache"),
-		MaxBytes: maxBytes, Revalidate: -1, Source: src, Downloader: e.dl})
-	if err != nil {
-		t.Fatalf("tier.Open: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil && !errors.Is(err, tier.ErrClosed) {
-			t.Errorf("tier Close: %v", err)
-		}
-	})
-	e.cache = c
-	return e
+	dir := cachetest.NewDir(t)
+	dl := cachetest.NewDownloader(t, dir.Src)
+	c := cachetest.Cache(t, dir.Src, dl, tier.Config{MaxBytes: maxBytes})
+	return &env{dir: dir, dl: dl, cache: c}
 }
 
 // put writes bucket "b", object name, with a fresh generation.
 func (e *env) put(t testing.TB, name string, data []byte) fetch.Object {
 	t.Helper()
-	p := filepath.Join(e.root, "b", filepath.FromSlash(name))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp := p + ".new"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e.gen += int64(time.Second)
-	mt := time.Unix(0, e.gen)
-	if err := os.Chtimes(tmp, mt, mt); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		t.Fatal(err)
-	}
-	return fetch.Object{Bucket: "b", Name: name}
+	return e.dir.Put(t, "b", name, data)
 }
 
 // putFile copies testdata file src into the source as name.

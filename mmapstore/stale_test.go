@@ -155,7 +155,7 @@ func TestRemovedFileUnderLease(t *testing.T) {
 	if !bytes.Equal(l2.Bytes(), data) || !bytes.Equal(l1.Bytes(), data) {
 		t.Error("wrong bytes after the refetch")
 	}
-	if n := e.dl.calls.Load(); n != 2 {
+	if n := e.dl.Calls(); n != 2 {
 		t.Errorf("downloads = %d; want 2 (the refetch)", n)
 	}
 	release(t, l1)
@@ -188,7 +188,7 @@ func TestRemovedFileWhileIdle(t *testing.T) {
 	if !bytes.Equal(l2.Bytes(), data) {
 		t.Error("wrong bytes after the refetch")
 	}
-	if n := e.dl.calls.Load(); n != 2 {
+	if n := e.dl.Calls(); n != 2 {
 		t.Errorf("downloads = %d; want 2", n)
 	}
 	release(t, l2)

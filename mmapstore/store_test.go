@@ -39,7 +39,7 @@ func TestAcquireWarmIsAHit(t *testing.T) {
 	if st.Opens != 1 || st.Maps != 1 || st.Hits != 2 || st.Mappings != 1 || st.IdleMappings != 1 || st.Leases != 0 {
 		t.Errorf("Stats = %+v; want 1 open, 1 map, 2 hits, 1 idle mapping, no leases", st)
 	}
-	if n := e.dl.calls.Load(); n != 1 {
+	if n := e.dl.Calls(); n != 1 {
 		t.Errorf("downloads = %d; want 1", n)
 	}
 	checkInvariants(t, s)

@@ -14,6 +14,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -298,11 +299,7 @@ func newColdEnv(b *testing.B, count, size int) *coldEnv {
 	for i := range count {
 		objs = append(objs, obj("data", fmt.Sprintf("cold/%d.bin", i), data))
 	}
-	emu, err := emulator.Start(emulator.Options{Objects: objs})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(emu.Close)
+	emu := cachetest.Emulator(b, emulator.Options{Objects: objs})
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
 	if err != nil {
 		b.Fatal(err)

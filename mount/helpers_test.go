@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -69,11 +70,7 @@ func newEnv(t testing.TB, opts emulator.Options, dl fetch.Config) *env {
 func newEnvAt(t testing.TB, dir string, opts emulator.Options, dl fetch.Config) *env {
 	t.Helper()
 	ctx := context.Background()
-	emu, err := emulator.Start(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(emu.Close)
+	emu := cachetest.Emulator(t, opts)
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
 	if err != nil {
 		t.Fatal(err)
