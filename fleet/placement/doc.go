@@ -19,8 +19,11 @@
 // 1.5x the mean bytes. [DefaultChunkSize] is 8 MiB: large enough that a range
 // request amortises its first-byte latency and per-chunk bookkeeping stays
 // small (a 1 TiB dataset is 131,072 keys), small enough that a 1 GiB object
-// spreads over 128 owners. [Simulate] and [SimulateHotSpot] show where that
-// choice stops being enough (docs/fleet-simulation.md).
+// spreads over 128 owners. Random striping meets the hot-spot goal only while
+// each node owns many of the object's chunks: [SimulateHotSpot] puts 8 MiB
+// chunks within it up to about N = 8, and none of 1, 4 or 8 MiB within it at
+// N = 64 and beyond (docs/fleet-simulation.md), where owners alone cannot serve one
+// object to every node fast enough.
 //
 // # Ownership
 //
