@@ -2,6 +2,7 @@ package webdataset
 
 import (
 	"archive/tar"
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,6 +10,12 @@ import (
 	"testing"
 )
 
+// FuzzIndex checks that Index never panics, that what it returns is
+// consistent, and that its saved form decodes to the same index. A tar
+// input is at least a kilobyte, and go test's minimizer is quadratic in the
+// input size: minimizing each new input can take the whole 60 s default
+// -fuzzminimizetime, during which the progress lines show 0 execs/sec.
+// Runs should pass -fuzzminimizetime=200x (200 tries per input).
 func FuzzIndex(f *testing.F) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "*.tar"))
 	if len(files) == 0 {
@@ -19,11 +26,14 @@ func FuzzIndex(f *testing.F) {
 		if err != nil {
 			f.Fatal(err)
 		}
-		f.Add(b)
+		if b := trimEnd(b); len(b) <= 4<<10 {
+			f.Add(b)
+		}
 	}
-	f.Add(tarOf(f, tar.FormatGNU, entry{name: "a/x.jpg", data: "1"}, entry{name: "a/x.cls", data: "22"}))
+	f.Add(trimEnd(tarOf(f, tar.FormatGNU, entry{name: "a/x.jpg", data: "1"}, entry{name: "a/x.cls", data: "22"})))
 	f.Add(cat(paxEntry(paxRecord("path", "p.x"), paxRecord("size", "2")), header("q", 0, '0'), pad("ab")))
-	f.Add(cat(header("L", 6, 'L'), pad("a.jpg\x00"), header("a", 1, '0'), pad("1"), zeros))
+	f.Add(cat(header("L", 6, 'L'), pad("a.jpg\x00"), header("a", 1, '0'), pad("1")))
+	f.Add(cat(header("a.jpg", 1, '0'), pad("1"), zeros))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s, err := Index(b)
 		if err != nil {
@@ -49,6 +59,9 @@ func FuzzIndex(f *testing.F) {
 	})
 }
 
+// FuzzUnmarshalShard checks that UnmarshalShard never panics and that what
+// it accepts is consistent. Like FuzzIndex, it should run with
+// -fuzzminimizetime=200x.
 func FuzzUnmarshalShard(f *testing.F) {
 	f.Add(encodeRaw(4096, 2, []rawMember{{"a.jpg", 0, 10}, {"b.jpg", 0, 600}}), int64(4096))
 	f.Add(encodeRaw(4096, 2, []rawMember{{"a.jpg", 0, 10}, {"a.cls", 1, 3}}), int64(4096))
@@ -88,4 +101,10 @@ func checkMembers(t *testing.T, s *Shard, size int64) {
 	if n > len(s.Members()) {
 		t.Fatalf("%d fields for %d members", n, len(s.Members()))
 	}
+}
+
+// trimEnd cuts a tar after its last non-zero block: without its
+// end-of-archive blocks and record padding, it is still a valid tar.
+func trimEnd(b []byte) []byte {
+	return b[:min(len(b), int(padded(int64(len(bytes.TrimRight(b, "\x00"))))))]
 }

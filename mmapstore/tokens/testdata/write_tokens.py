@@ -42,8 +42,8 @@ def main(out):
         ("train.bin", "raw", np.uint16, gpt2),
         ("olmo_uint32.bin", "raw", np.uint32, llama),
         ("empty.bin", "raw", np.uint16, gpt2[:0]),
-        ("gpt2_000001.bin", "llmc", np.uint16, gpt2[:250]),
-        ("llama3_000001.bin", "llmc", np.uint32, llama[:150]),
+        ("gpt2_000001.bin", "llmc", np.uint16, gpt2[:16]),
+        ("llama3_000001.bin", "llmc", np.uint32, llama[:12]),
     ]
     expect = []
     for name, fmt, dtype, toks in files:

@@ -7,7 +7,8 @@ Writes the same members in pax, GNU and ustar formats: samples of
 jpg (random bytes), cls and json members, a sample in a subdirectory, a
 sample with a path over 100 characters (a pax 'x' header or a GNU 'L'
 entry; in ustar format a name split into prefix and name), a directory
-entry, a member with no extension and metadata members. expect.json
+entry, a member with no extension and metadata members; and two small
+shards of one long-named member (pax and GNU). expect.json
 records what tarfile reads back (TarInfo.offset_data and size for every
 regular file) and the samples WebDataset would form, grouped here with
 WebDataset's own rule (the regex of webdataset's base_plus_ext and the
@@ -95,6 +96,13 @@ def main(out):
                        ("shard_ustar.tar", tarfile.USTAR_FORMAT)]:
         path = os.path.join(out, fname)
         write(path, fmt, members)
+        expect.append(expected(path))
+    # Small shards of one long-named member, the fuzz test's seeds.
+    long = [("d/" + "long_name_" * 11 + "x.cls", b"7")]
+    for fname, fmt in [("long_pax.tar", tarfile.PAX_FORMAT),
+                       ("long_gnu.tar", tarfile.GNU_FORMAT)]:
+        path = os.path.join(out, fname)
+        write(path, fmt, long)
         expect.append(expected(path))
     with open(os.path.join(out, "expect.json"), "w") as f:
         json.dump(expect, f, indent=1)
