@@ -318,7 +318,9 @@ func (x *Index) Tokens(bin []byte, i int) (array.Array, error) {
 // Tokens returns the n tokens of type dt at byte offset off of the .bin
 // file bin as a 1-D array aliasing bin, in little-endian byte order. It
 // fails with ErrSequence if the tokens do not lie within bin, and with
-// ErrDType if dt is invalid.
+// ErrDType if dt is invalid. Megatron's pointers are multiples of the item
+// size, so typed views of a mapped .bin succeed; for an offset that is
+// not, they fail with array.ErrAlignment and Data is still usable.
 func Tokens(bin []byte, dt array.DType, off, n int64) (array.Array, error) {
 	if !dt.Valid() {
 		return array.Array{}, fmt.Errorf("%w: element type %v", ErrDType, dt)

@@ -159,8 +159,10 @@ func ParseLLMC(b []byte) (File, error) {
 // Detect parses b as an llm.c shard if it starts with an llm.c magic, and
 // as a raw file of type raw otherwise. A shard whose header is invalid is
 // an error, not a raw file. A raw file whose first bytes happen to spell
-// an llm.c magic (for uint16 tokens, the pair 50168, 308) is taken for a
-// shard; callers that know the format should call Raw or ParseLLMC.
+// an llm.c magic would be taken for a shard, but that needs a first token
+// of 55432 or 55713 (uint16: beyond GPT-2's 50257-token vocabulary) or of
+// about 20 million (uint32); callers that know the format should still
+// call Raw or ParseLLMC.
 func Detect(b []byte, raw array.DType) (File, error) {
 	if len(b) >= 4 {
 		switch binary.LittleEndian.Uint32(b) {

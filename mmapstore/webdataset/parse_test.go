@@ -99,6 +99,8 @@ func TestIndex(t *testing.T) {
 		{"old regular file and contiguous file", cat(header("a.txt", 1, 0), pad("a"), header("b.txt", 1, '7'), pad("b"), zeros),
 			[]Member{{"a.txt", 512, 1}, {"b.txt", 1536, 1}}},
 		{"link with a size field", cat(header("l", 700, '1'), header("a.txt", 1, '0'), pad("a"), zeros), []Member{{"a.txt", 1024, 1}}},
+		{"link with a size past the object", cat(header("l", 1<<20, '2'), header("a.txt", 1, '0'), pad("a")), []Member{{"a.txt", 1024, 1}}},
+		{"old-style directory", cat(header("d/", 512, 0), header("d/a.txt", 1, 0), pad("a")), []Member{{"d/a.txt", 1024, 1}}},
 		{"directory skipped", cat(header("d/", 0, '5'), header("d/a.txt", 1, '0'), pad("a"), zeros), []Member{{"d/a.txt", 1024, 1}}},
 		{"pax path and size", cat(paxEntry(paxRecord("path", "long/name.jpg"), paxRecord("size", "3"), paxRecord("mtime", "1.5")),
 			header("short", 99, '0'), pad("abc"), zeros), []Member{{"long/name.jpg", 1536, 3}}},

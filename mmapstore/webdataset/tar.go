@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // blockSize is the tar block size: headers and data are padded to it.
@@ -69,8 +70,22 @@ func scan(b []byte) ([]Member, error) {
 			return nil, fmt.Errorf("%w: header at byte %d: size: %v", ErrHeader, off, err)
 		}
 		flag := h[offTypeflag]
-		if next.hasSize && (flag == '0' || flag == 0 || flag == '7') {
-			size = next.size
+		name := next.name
+		if !next.hasName {
+			name = headerName(h)
+		}
+		if flag == 0 && strings.HasSuffix(name, "/") {
+			flag = '5' // an old-style directory, as tar reads it
+		}
+		switch flag {
+		case '0', 0, '7':
+			if next.hasSize {
+				size = next.size
+			}
+		case '1', '2', '3', '4', '5', '6':
+			// Links, devices, directories and FIFOs have no data,
+			// whatever their size field says.
+			size = 0
 		}
 		data := off + blockSize
 		if size > int64(len(b)-data) {
@@ -87,19 +102,12 @@ func scan(b []byte) ([]Member, error) {
 		}
 		switch flag {
 		case '0', 0, '7': // regular file ('7': contiguous file)
-			name := next.name
-			if !next.hasName {
-				name = headerName(h)
-			}
 			if name == "" {
 				return nil, fmt.Errorf("%w: file at byte %d has an empty name", ErrHeader, off)
 			}
 			members = append(members, Member{Name: name, Offset: int64(data), Size: size})
 			next = pending{}
 		case '1', '2', '3', '4', '5', '6':
-			// Links, devices, directories and FIFOs have no data, whatever
-			// their size field says.
-			end = data
 			next = pending{}
 		case 'x':
 			next.active = true

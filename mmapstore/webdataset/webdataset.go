@@ -14,10 +14,11 @@
 // (typeflag '0', NUL, or '7') are members. In POSIX ustar headers the
 // prefix field is joined to the name with a slash. Pax extended headers
 // ('x') may override the next member's path and size; GNU long-name
-// entries ('L') override its name. Directories, links, devices and FIFOs
-// have no data and are skipped, as are global pax headers ('g'), GNU long
-// link names ('K'), volume labels ('V') and, with their data, entries of
-// unknown types. GNU sparse and multi-volume files are unsupported
+// entries ('L') override its name. Directories (including old-style
+// entries whose name ends in a slash), links, devices and FIFOs have no
+// data, whatever their size field says, and are skipped, as are global
+// pax headers ('g'), GNU long link names ('K'), volume labels ('V') and,
+// with their data, entries of unknown types. GNU sparse and multi-volume files are unsupported
 // (ErrUnsupported). Two zero blocks end the archive; whatever follows them
 // (record padding) is ignored. An archive without them is accepted if it
 // ends on a block boundary after a complete member. Data and its padding
