@@ -8,6 +8,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -75,7 +76,7 @@ var _ Planner = (*tier.Cache)(nil)
 // dropping the plan. Reports are advice, counted as plan errors on failure.
 type StatsReporter interface {
 	// ReportStats reports plan id's reader's Stats: totals since its New.
-	ReportStats(ctx context.Context, id string, s Stats) error
+	ReportStats(ctx context.Context, id string, s stats.Loader) error
 }
 
 // ReportInterval is the least time between two reports to a StatsReporter.

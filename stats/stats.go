@@ -17,7 +17,7 @@ type Tier struct {
 	// Dir is the tier's directory.
 	Dir string `json:"dir"`
 	// Entries is the number of objects with a copy in the tier.
-	Entries int `json:"entries"`
+	Entries int64 `json:"entries"`
 	// UsedBytes is the space the tier's copies occupy, including copies
 	// that left the cache but are kept alive by open handles.
 	UsedBytes int64 `json:"used_bytes"`
