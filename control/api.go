@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // DefaultSocket is the control socket's path unless configured otherwise.
@@ -34,10 +34,10 @@ type Status struct {
 	MetricsAddr string `json:"metrics_addr,omitempty"`
 	// CacheDir is the disk tier's directory.
 	CacheDir string `json:"cache_dir"`
-	// Tiers describes each tier, fastest first.
-	Tiers []TierStatus `json:"tiers"`
+	// Tiers describes each tier, fastest first (see stats.Cache).
+	Tiers []stats.Tier `json:"tiers"`
 	// Fetch describes the downloader; nil standalone.
-	Fetch *FetchStatus `json:"fetch,omitempty"`
+	Fetch *stats.Fetch `json:"fetch,omitempty"`
 	// Jobs counts jobs by state; nil standalone.
 	Jobs map[JobState]int `json:"jobs,omitempty"`
 	// Sessions and Leases count lease sessions and the leases they hold;
@@ -58,59 +58,7 @@ type LoadersStatus struct {
 	// Totals sums what every loader delivered and waited since the daemon
 	// started, dropped plans included; a loader that restarts under the
 	// same plan id counts from zero again.
-	Totals LoaderStats `json:"totals"`
-}
-
-// TierStatus describes one tier's usage and counters.
-type TierStatus struct {
-	Name string `json:"name"`
-	Dir  string `json:"dir"`
-	// Entries is the number of cached objects.
-	Entries int64 `json:"entries"`
-	// UsedBytes, MaxBytes, PinnedBytes, ReservedBytes, InUseBytes and
-	// PendingBytes are byte counts in filesystem blocks (see tier.Stats).
-	// PendingBytes is held by copies that left the cache while in use.
-	UsedBytes     int64 `json:"used_bytes"`
-	MaxBytes      int64 `json:"max_bytes"`
-	PinnedBytes   int64 `json:"pinned_bytes"`
-	ReservedBytes int64 `json:"reserved_bytes"`
-	InUseBytes    int64 `json:"in_use_bytes"`
-	PendingBytes  int64 `json:"pending_bytes"`
-	// Hits counts opens this tier served; Misses opens it could not serve
-	// (for disk: that had to fetch; for shm: served by disk or fetched).
-	// HitRatio is Hits/(Hits+Misses), 0 before any open.
-	Hits     int64   `json:"hits"`
-	Misses   int64   `json:"misses"`
-	HitRatio float64 `json:"hit_ratio"`
-	// Fetched is the bytes downloaded into the tier (disk).
-	Fetched int64 `json:"bytes_fetched"`
-	// Evictions counts copies removed to make room or by evict (for shm:
-	// demotions).
-	Evictions int64 `json:"evictions"`
-	// Promotions counts copies made into the tier from disk (shm only).
-	Promotions int64 `json:"promotions,omitempty"`
-}
-
-// FetchStatus describes the downloader.
-type FetchStatus struct {
-	// Connections is the connection budget; ConnsInUse the slots in use;
-	// WaitingSlices the slices queued for a slot; SmallConnsInUse the
-	// small-object lane's slots in use.
-	Connections     int   `json:"connections"`
-	ConnsInUse      int   `json:"conns_in_use"`
-	WaitingSlices   int   `json:"waiting_slices"`
-	SmallConnsInUse int   `json:"small_conns_in_use"`
-	SliceBytes      int64 `json:"slice_bytes"`
-	// Objects and Failures count finished downloads; Bytes the bytes
-	// written; Ranges the range reads opened.
-	Objects  int64 `json:"objects"`
-	Failures int64 `json:"failures"`
-	Bytes    int64 `json:"bytes"`
-	Ranges   int64 `json:"ranges"`
-	// Retries counts retries by cause (fetch.RetryCause names).
-	Retries     map[string]int64 `json:"retries"`
-	CRCFailures int64            `json:"crc_failures"`
-	Stalls      int64            `json:"stalls"`
+	Totals stats.Loader `json:"totals"`
 }
 
 // JobState is where a job is in its life.
@@ -250,34 +198,6 @@ type PlanRequest struct {
 // /v1/plans/{id}/advance. The reader is about to open Objects[Position].
 type AdvanceRequest struct {
 	Position int `json:"position"`
-}
-
-// LoaderStats is loader.Stats on the wire: the body of POST
-// /v1/plans/{id}/stats, where the loader reading plan id reports its
-// totals since it started. The daemon adds what grew since the plan's last
-// report to its metrics.
-type LoaderStats struct {
-	// Batches and Samples count what the loader delivered; Bytes the size
-	// of their arrays.
-	Batches int64 `json:"batches"`
-	Samples int64 `json:"samples"`
-	Bytes   int64 `json:"bytes"`
-	// WaitSeconds is the time the loader's consumer waited for batches
-	// (stalled); the other four split it by what the batch waited for:
-	// a fetch, a promotion to shm, the gather, or anything else.
-	WaitSeconds    float64 `json:"wait_seconds"`
-	FetchSeconds   float64 `json:"fetch_seconds"`
-	PromoteSeconds float64 `json:"promote_seconds"`
-	GatherSeconds  float64 `json:"gather_seconds"`
-	OtherSeconds   float64 `json:"other_seconds"`
-}
-
-// LoaderStatsOf returns s on the wire.
-func LoaderStatsOf(s loader.Stats) LoaderStats {
-	return LoaderStats{Batches: s.Batches, Samples: s.Samples, Bytes: s.Bytes,
-		WaitSeconds: s.Wait.Seconds(), FetchSeconds: s.WaitFetch.Seconds(),
-		PromoteSeconds: s.WaitPromote.Seconds(), GatherSeconds: s.WaitGather.Seconds(),
-		OtherSeconds: s.WaitOther.Seconds()}
 }
 
 // Plan describes an announced plan: the answer to POST /v1/plans, and GET

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // baseURL prefixes every request; the host is ignored (the transport dials
@@ -186,15 +186,12 @@ func (c *Client) AdvancePlan(ctx context.Context, id string, pos int) error {
 	return c.do(ctx, http.MethodPost, "/v1/plans/"+url.PathEscape(id)+"/advance", nil, AdvanceRequest{Position: pos}, nil)
 }
 
-// ReportStats reports the Stats of plan id's loader (totals since its
-// New), which the daemon exports as metrics (ErrNotFound if the plan is
-// not announced). It makes *Client a loader.StatsReporter.
-func (c *Client) ReportStats(ctx context.Context, id string, s loader.Stats) error {
-	return c.do(ctx, http.MethodPost, "/v1/plans/"+url.PathEscape(id)+"/stats", nil, LoaderStatsOf(s), nil)
+// ReportStats reports the stats of plan id's loader (totals since it
+// started), which the daemon exports as metrics (ErrNotFound if the plan
+// is not announced). It makes *Client a loader.StatsReporter.
+func (c *Client) ReportStats(ctx context.Context, id string, s stats.Loader) error {
+	return c.do(ctx, http.MethodPost, "/v1/plans/"+url.PathEscape(id)+"/stats", nil, s, nil)
 }
-
-// *Client reports its loaders' stats to the daemon.
-var _ loader.StatsReporter = (*Client)(nil)
 
 // DropPlan forgets plan id (ErrNotFound if it is not announced).
 func (c *Client) DropPlan(ctx context.Context, id string) error {

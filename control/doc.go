@@ -37,7 +37,7 @@
 //	GET    /v1/object?bucket=&name=[&generation=][&revalidate=]   the bytes (Range supported)
 //	POST   /v1/plans                          PlanRequest → Plan (announce, replacing by id)
 //	POST   /v1/plans/{id}/advance             AdvanceRequest → 204
-//	POST   /v1/plans/{id}/stats               LoaderStats (the plan's loader's totals) → 204
+//	POST   /v1/plans/{id}/stats               stats.Loader (the plan's loader's totals) → 204
 //	GET    /v1/plans                          []Plan
 //	GET    /v1/plans/{id}                     Plan
 //	DELETE /v1/plans/{id}                     → 204

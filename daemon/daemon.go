@@ -104,7 +104,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		}
 	}
 	log.Info("daemon ready", "cache_dir", cfg.Tiers.Disk.Dir, "socket", cfg.Control.Socket,
-		"metrics", d.MetricsAddr(), "entries", d.stats.get().Entries)
+		"metrics", d.MetricsAddr(), "entries", d.stats.get().Base().Entries)
 	return d, nil
 }
 

@@ -5,10 +5,10 @@ import (
 	"net/http"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/metrics"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
-// Loaders in other processes report their stats (loader.Stats: totals
+// Loaders in other processes report their stats (stats.Loader: totals
 // since each loader started) through their plans: POST
 // /v1/plans/{id}/stats. The daemon keeps each plan's last report and adds
 // what grew since then to running totals, which the metrics export without
@@ -20,30 +20,21 @@ import (
 // report adds what plan id's loader's totals cur grew since its last
 // report to the running totals and records cur; false if there is no such
 // plan.
-func (s *planStore) report(id string, cur control.LoaderStats) bool {
+func (s *planStore) report(id string, cur stats.Loader) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.plans[id]
 	if !ok {
 		return false
 	}
-	d := statsGrowth(e.last, cur)
-	t := &s.loaders
-	t.Batches += d.Batches
-	t.Samples += d.Samples
-	t.Bytes += d.Bytes
-	t.WaitSeconds += d.WaitSeconds
-	t.FetchSeconds += d.FetchSeconds
-	t.PromoteSeconds += d.PromoteSeconds
-	t.GatherSeconds += d.GatherSeconds
-	t.OtherSeconds += d.OtherSeconds
+	s.loaders = s.loaders.Add(statsGrowth(e.last, cur))
 	e.last = &cur
 	return true
 }
 
 // loaderTotals returns the number of plans whose loaders reported and the
 // running totals.
-func (s *planStore) loaderTotals() (reporting int, totals control.LoaderStats) {
+func (s *planStore) loaderTotals() (reporting int, totals stats.Loader) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, e := range s.plans {
@@ -57,33 +48,16 @@ func (s *planStore) loaderTotals() (reporting int, totals control.LoaderStats) {
 // statsGrowth returns what totals cur add to last: cur - last, or all of
 // cur if there is no last report or cur is below it in any field (a new
 // loader counting from zero). Never negative.
-func statsGrowth(last *control.LoaderStats, cur control.LoaderStats) control.LoaderStats {
-	if last == nil || below(cur, *last) {
+func statsGrowth(last *stats.Loader, cur stats.Loader) stats.Loader {
+	if last == nil || cur.Below(*last) {
 		return cur
 	}
-	return control.LoaderStats{
-		Batches:        cur.Batches - last.Batches,
-		Samples:        cur.Samples - last.Samples,
-		Bytes:          cur.Bytes - last.Bytes,
-		WaitSeconds:    cur.WaitSeconds - last.WaitSeconds,
-		FetchSeconds:   cur.FetchSeconds - last.FetchSeconds,
-		PromoteSeconds: cur.PromoteSeconds - last.PromoteSeconds,
-		GatherSeconds:  cur.GatherSeconds - last.GatherSeconds,
-		OtherSeconds:   cur.OtherSeconds - last.OtherSeconds,
-	}
-}
-
-// below reports whether a is below b in any field.
-func below(a, b control.LoaderStats) bool {
-	return a.Batches < b.Batches || a.Samples < b.Samples || a.Bytes < b.Bytes ||
-		a.WaitSeconds < b.WaitSeconds || a.FetchSeconds < b.FetchSeconds ||
-		a.PromoteSeconds < b.PromoteSeconds || a.GatherSeconds < b.GatherSeconds ||
-		a.OtherSeconds < b.OtherSeconds
+	return cur.Sub(*last)
 }
 
 // validStats checks that a report has no negative total.
-func validStats(s control.LoaderStats) error {
-	if below(s, control.LoaderStats{}) {
+func validStats(s stats.Loader) error {
+	if s.Below(stats.Loader{}) {
 		return fmt.Errorf("%w: negative loader stats %+v", control.ErrInvalid, s)
 	}
 	return nil
@@ -91,7 +65,7 @@ func validStats(s control.LoaderStats) error {
 
 // handleStats serves POST /v1/plans/{id}/stats: a loader's report.
 func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
-	var req control.LoaderStats
+	var req stats.Loader
 	if err := decodeBody(w, r, &req, maxRequestBody); err != nil {
 		writeError(w, err)
 		return
@@ -112,12 +86,4 @@ func (d *Daemon) handleStats(w http.ResponseWriter, r *http.Request) {
 func (d *Daemon) loaderStatus() *control.LoadersStatus {
 	n, t := d.plans.loaderTotals()
 	return &control.LoadersStatus{Reporting: n, Totals: t}
-}
-
-// loaderMetrics is the loaders' part of the metrics.
-func (d *Daemon) loaderMetrics() metrics.LoaderStats {
-	n, t := d.plans.loaderTotals()
-	return metrics.LoaderStats{Plans: n, Batches: t.Batches, Samples: t.Samples, Bytes: t.Bytes,
-		FetchSeconds: t.FetchSeconds, PromoteSeconds: t.PromoteSeconds, GatherSeconds: t.GatherSeconds,
-		OtherSeconds: t.OtherSeconds}
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // TestLoaderStatsMetrics runs one epoch of a real loader in this process
@@ -118,23 +120,23 @@ func TestReportStatsRoute(t *testing.T) {
 	if err := c.Plan(ctx, "p", []fetch.Object{{Bucket: "bkt", Name: "p/00"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ReportStats(ctx, "p", loader.Stats{Batches: 2, Samples: 16}); err != nil {
+	if err := c.ReportStats(ctx, "p", stats.Loader{Batches: 2, Samples: 16}); err != nil {
 		t.Fatal(err)
 	}
-	if n := d.loaderMetrics(); n.Plans != 1 || n.Samples != 16 {
-		t.Errorf("loader metrics = %+v; want 1 plan reporting, 16 samples", n)
+	if n, tot := d.plans.loaderTotals(); n != 1 || tot.Samples != 16 {
+		t.Errorf("loader totals = %d reporting, %+v; want 1 plan reporting, 16 samples", n, tot)
 	}
-	if err := c.ReportStats(ctx, "p", loader.Stats{Batches: -1}); !errors.Is(err, control.ErrInvalid) {
+	if err := c.ReportStats(ctx, "p", stats.Loader{Batches: -1}); !errors.Is(err, control.ErrInvalid) {
 		t.Errorf("ReportStats(negative) = %v; want ErrInvalid", err)
 	}
-	if err := c.ReportStats(ctx, "nope", loader.Stats{}); !errors.Is(err, control.ErrNotFound) {
+	if err := c.ReportStats(ctx, "nope", stats.Loader{}); !errors.Is(err, control.ErrNotFound) {
 		t.Errorf("ReportStats(unknown plan) = %v; want ErrNotFound", err)
 	}
 	if err := c.DropPlan(ctx, "p"); err != nil {
 		t.Fatal(err)
 	}
-	if n := d.loaderMetrics(); n.Plans != 0 || n.Samples != 16 {
-		t.Errorf("loader metrics after drop = %+v; want none reporting, 16 samples kept", n)
+	if n, tot := d.plans.loaderTotals(); n != 0 || tot.Samples != 16 {
+		t.Errorf("loader totals after drop = %d reporting, %+v; want none reporting, 16 samples kept", n, tot)
 	}
 }
 
@@ -143,23 +145,23 @@ func TestReportStatsRoute(t *testing.T) {
 // its last report, and a dropped plan forgets it.
 func TestStatsGrowth(t *testing.T) {
 	s := newPlanStore()
-	if s.report("p", control.LoaderStats{Samples: 1}) {
+	if s.report("p", stats.Loader{Samples: 1}) {
 		t.Fatal("report of an unknown plan accepted")
 	}
 	s.put(control.Plan{ID: "p", Objects: 4})
 	steps := []struct {
 		name string
-		rep  control.LoaderStats
-		want control.LoaderStats // totals after it
+		rep  stats.Loader
+		want stats.Loader // totals after it
 	}{
-		{"first", control.LoaderStats{Batches: 2, Samples: 10, WaitSeconds: 1, FetchSeconds: 1},
-			control.LoaderStats{Batches: 2, Samples: 10, WaitSeconds: 1, FetchSeconds: 1}},
-		{"growth", control.LoaderStats{Batches: 4, Samples: 20, WaitSeconds: 1.5, FetchSeconds: 1, OtherSeconds: 0.5},
-			control.LoaderStats{Batches: 4, Samples: 20, WaitSeconds: 1.5, FetchSeconds: 1, OtherSeconds: 0.5}},
-		{"same again", control.LoaderStats{Batches: 4, Samples: 20, WaitSeconds: 1.5, FetchSeconds: 1, OtherSeconds: 0.5},
-			control.LoaderStats{Batches: 4, Samples: 20, WaitSeconds: 1.5, FetchSeconds: 1, OtherSeconds: 0.5}},
-		{"restart", control.LoaderStats{Batches: 1, Samples: 5, WaitSeconds: 2, FetchSeconds: 2},
-			control.LoaderStats{Batches: 5, Samples: 25, WaitSeconds: 3.5, FetchSeconds: 3, OtherSeconds: 0.5}},
+		{"first", stats.Loader{Batches: 2, Samples: 10, Wait: time.Second, WaitFetch: time.Second},
+			stats.Loader{Batches: 2, Samples: 10, Wait: time.Second, WaitFetch: time.Second}},
+		{"growth", stats.Loader{Batches: 4, Samples: 20, Wait: 1500 * time.Millisecond, WaitFetch: time.Second, WaitOther: 500 * time.Millisecond},
+			stats.Loader{Batches: 4, Samples: 20, Wait: 1500 * time.Millisecond, WaitFetch: time.Second, WaitOther: 500 * time.Millisecond}},
+		{"same again", stats.Loader{Batches: 4, Samples: 20, Wait: 1500 * time.Millisecond, WaitFetch: time.Second, WaitOther: 500 * time.Millisecond},
+			stats.Loader{Batches: 4, Samples: 20, Wait: 1500 * time.Millisecond, WaitFetch: time.Second, WaitOther: 500 * time.Millisecond}},
+		{"restart", stats.Loader{Batches: 1, Samples: 5, Wait: 2 * time.Second, WaitFetch: 2 * time.Second},
+			stats.Loader{Batches: 5, Samples: 25, Wait: 3500 * time.Millisecond, WaitFetch: 3 * time.Second, WaitOther: 500 * time.Millisecond}},
 	}
 	for _, st := range steps {
 		if !s.report("p", st.rep) {
@@ -170,7 +172,7 @@ func TestStatsGrowth(t *testing.T) {
 		}
 	}
 	s.put(control.Plan{ID: "p", Objects: 4}) // the next epoch's plan
-	s.report("p", control.LoaderStats{Batches: 2, Samples: 9, WaitSeconds: 2, FetchSeconds: 2})
+	s.report("p", stats.Loader{Batches: 2, Samples: 9, Wait: 2 * time.Second, WaitFetch: 2 * time.Second})
 	if _, got := s.loaderTotals(); got.Samples != 29 || got.Batches != 6 {
 		t.Errorf("after a replaced plan: totals %+v; want 29 samples, 6 batches (growth only)", got)
 	}
@@ -180,11 +182,11 @@ func TestStatsGrowth(t *testing.T) {
 	if n, got := s.loaderTotals(); n != 0 || got.Samples != 29 {
 		t.Errorf("after drop: %d reporting, totals %+v; want 0 and the totals kept", n, got)
 	}
-	if s.report("p", control.LoaderStats{Samples: 50}) {
+	if s.report("p", stats.Loader{Samples: 50}) {
 		t.Error("report of a dropped plan accepted")
 	}
 	s.put(control.Plan{ID: "p", Objects: 4})
-	s.report("p", control.LoaderStats{Samples: 50})
+	s.report("p", stats.Loader{Samples: 50})
 	if _, got := s.loaderTotals(); got.Samples != 79 {
 		t.Errorf("a re-announced dropped plan's first report: totals %d samples; want 79 (counted in full)", got.Samples)
 	}
@@ -200,7 +202,8 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, b)
 	}
 	out := make(map[string]float64)
 	sc := bufio.NewScanner(resp.Body)

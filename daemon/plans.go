@@ -11,6 +11,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -27,7 +28,7 @@ const (
 type planStore struct {
 	mu      sync.Mutex            // protects the fields below
 	plans   map[string]*planEntry // by plan id
-	loaders control.LoaderStats   // the sum of every report's growth
+	loaders stats.Loader          // the sum of every report's growth
 }
 
 // planEntry is one announced plan.
@@ -36,7 +37,7 @@ type planEntry struct {
 	// last is its loader's last report, nil before the first. It outlives
 	// a replacement of the plan (a loader announces its plan again every
 	// epoch) and goes with the plan.
-	last *control.LoaderStats
+	last *stats.Loader
 }
 
 func newPlanStore() *planStore { return &planStore{plans: make(map[string]*planEntry)} }

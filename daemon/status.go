@@ -13,6 +13,7 @@ import (
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/metrics"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -44,7 +45,7 @@ func newStatsCache(c *tier.Cache) *statsCache { return &statsCache{cache: c} }
 
 // get returns the cache's stats now. It takes the cache's lock briefly
 // (O(1)), which is also what Healthy checks.
-func (c *statsCache) get() tier.Stats { return c.cache.Stats() }
+func (c *statsCache) get() stats.Cache { return c.cache.Stats() }
 
 // invalidate makes the next status fresh.
 func (c *statsCache) invalidate() { c.epoch.Add(1) }
@@ -94,65 +95,15 @@ func (c *statsCache) cachedBody(epoch int64) ([]byte, bool) {
 	return c.body, time.Since(c.bodyAt) < statsTTL
 }
 
-// TierStatuses describes the tiers of a cache, fastest first: the shm
-// tier (if any; its directory is shmDir) and the base tier (dir). Hits are
-// split by the tier that served them.
-func TierStatuses(dir, shmDir string, s tier.Stats) []control.TierStatus {
-	base := control.TierStatus{Name: string(s.Tier), Dir: dir, Entries: int64(s.Entries),
-		UsedBytes: s.UsedBytes, MaxBytes: s.MaxBytes, PinnedBytes: s.PinnedBytes,
-		ReservedBytes: s.ReservedBytes, InUseBytes: s.InUseBytes, PendingBytes: s.PendingBytes,
-		Hits: s.Hits - s.ShmHits, Misses: s.Misses, Fetched: s.BytesFetched, Evictions: s.Evictions}
-	out := []control.TierStatus{base}
-	if s.ShmMaxBytes > 0 {
-		shm := control.TierStatus{Name: string(tier.Shm), Dir: shmDir, Entries: int64(s.ShmEntries),
-			UsedBytes: s.ShmUsedBytes, MaxBytes: s.ShmMaxBytes, PinnedBytes: s.ShmPinnedBytes,
-			ReservedBytes: s.ShmReservedBytes, InUseBytes: s.ShmInUseBytes, PendingBytes: s.ShmPendingBytes,
-			Hits: s.ShmHits, Misses: s.Hits - s.ShmHits + s.Misses, Evictions: s.Demotions,
-			Promotions: s.Promotions}
-		out = []control.TierStatus{shm, base}
-	}
-	for i := range out {
-		if n := out[i].Hits + out[i].Misses; n > 0 {
-			out[i].HitRatio = float64(out[i].Hits) / float64(n)
-		}
-	}
-	return out
-}
-
-// tierMetrics converts a snapshot for the metrics collectors.
-func tierMetrics(s tier.Stats) []metrics.TierStats {
-	out := []metrics.TierStats{{Tier: string(s.Tier), Objects: int64(s.Entries), UsedBytes: s.UsedBytes,
-		MaxBytes: s.MaxBytes, PinnedBytes: s.PinnedBytes, ReservedBytes: s.ReservedBytes,
-		InUseBytes: s.InUseBytes, PendingBytes: s.PendingBytes, Hits: s.Hits - s.ShmHits, Misses: s.Misses,
-		Evictions: s.Evictions, Fills: s.Fills, BytesFetched: s.BytesFetched, Revalidations: s.Revalidations,
-		Damaged: s.Damaged}}
-	if s.ShmMaxBytes > 0 {
-		out = append(out, metrics.TierStats{Tier: string(tier.Shm), Objects: int64(s.ShmEntries),
-			UsedBytes: s.ShmUsedBytes, MaxBytes: s.ShmMaxBytes, PinnedBytes: s.ShmPinnedBytes,
-			ReservedBytes: s.ShmReservedBytes, InUseBytes: s.ShmInUseBytes, PendingBytes: s.ShmPendingBytes,
-			Hits: s.ShmHits, Misses: s.Hits - s.ShmHits + s.Misses, Evictions: s.Demotions,
-			Promotions: s.Promotions, PromotionsSkipped: s.PromotionsSkipped, HasPromotions: true})
-	}
-	return out
-}
-
 // status assembles GET /v1/status.
 func (d *Daemon) status() control.Status {
 	cfg := d.Config()
 	fs := d.dl.Stats()
-	retries := make(map[string]int64, len(fs.Retries))
-	for i, n := range fs.Retries {
-		retries[fetch.RetryCause(i).String()] = n
-	}
 	sessions, leases := d.sessions.counts()
 	return control.Status{
 		Version: d.opts.Version, PID: pid, Started: d.started, ConfigFile: d.opts.ConfigFile,
 		Socket: cfg.Control.Socket, MetricsAddr: d.MetricsAddr(), CacheDir: cfg.Tiers.Disk.Dir,
-		Tiers: TierStatuses(cfg.Tiers.Disk.Dir, cfg.Tiers.Shm.Dir, d.stats.get()),
-		Fetch: &control.FetchStatus{Connections: cfg.Fetch.Connections, ConnsInUse: fs.Conns,
-			WaitingSlices: fs.Waiting + fs.SmallWaiting, SmallConnsInUse: fs.SmallConns, SliceBytes: int64(cfg.Fetch.Slice), Objects: fs.Objects,
-			Failures: fs.Failures, Bytes: fs.Bytes, Ranges: fs.Ranges, Retries: retries,
-			CRCFailures: fs.CRCFailures, Stalls: fs.Stalls},
+		Tiers: d.stats.get().Tiers, Fetch: &fs,
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
 		Loaders: d.loaderStatus(),
@@ -161,7 +112,8 @@ func (d *Daemon) status() control.Status {
 
 // StatusLine summarises the daemon in one line, for systemd's STATUS=.
 func (d *Daemon) StatusLine() string {
-	s := d.stats.get()
+	all := d.stats.get()
+	s := all.Base()
 	pct := 0.0
 	if s.MaxBytes > 0 {
 		pct = 100 * float64(s.UsedBytes) / float64(s.MaxBytes)
@@ -173,30 +125,26 @@ func (d *Daemon) StatusLine() string {
 			running += n
 		}
 	}
-	line := fmt.Sprintf("%s %s of %s (%.1f%%), %d objects", s.Tier,
+	line := fmt.Sprintf("%s %s of %s (%.1f%%), %d objects", s.Name,
 		humanize.IBytes(uint64(s.UsedBytes)), humanize.IBytes(uint64(s.MaxBytes)), pct, s.Entries)
-	if s.ShmMaxBytes > 0 {
-		line += fmt.Sprintf("; shm %s of %s, %d objects", humanize.IBytes(uint64(s.ShmUsedBytes)),
-			humanize.IBytes(uint64(s.ShmMaxBytes)), s.ShmEntries)
+	if shm, ok := all.Shm(); ok {
+		line += fmt.Sprintf("; shm %s of %s, %d objects", humanize.IBytes(uint64(shm.UsedBytes)),
+			humanize.IBytes(uint64(shm.MaxBytes)), shm.Entries)
 	}
 	return line + fmt.Sprintf("; %d jobs running; %d leases", running, leases)
 }
 
-// metricSources wires the collectors to the daemon's state.
+// metricSources wires the collectors to the daemon's state. It runs before
+// the cache opens (the cache's downloader records metrics): the cache is
+// read through closures.
 func (d *Daemon) metricSources() metrics.Sources {
 	return metrics.Sources{
-		Tiers:       func() []metrics.TierStats { return tierMetrics(d.stats.get()) },
-		Fetch:       d.dl.Stats,
-		Connections: func() int { return d.Config().Fetch.Connections },
-		Pending:     func() map[fetch.Priority]int { return d.jobs.pending() },
-		Leases:      d.sessions.counts,
-		Plans: func() metrics.PlanStats {
-			p := d.cache.PlanStats()
-			return metrics.PlanStats{Plans: p.Plans, Objects: p.Objects, Prefetched: p.Prefetched,
-				PrefetchedBytes: p.PrefetchedBytes, FetchRate: p.FetchRate, ConsumeRate: p.ConsumeRate,
-				Lookahead: p.Lookahead}
-		},
-		Loaders: d.loaderMetrics,
+		Tiers:   func() stats.Cache { return d.stats.get() },
+		Fetch:   d.dl.Stats,
+		Pending: func() map[fetch.Priority]int { return d.jobs.pending() },
+		Leases:  d.sessions.counts,
+		Plans:   func() stats.Plan { return d.cache.PlanStats() },
+		Loaders: d.plans.loaderTotals,
 		Jobs: func() map[string]int {
 			out := make(map[string]int)
 			for s, n := range d.jobs.counts() {

@@ -74,7 +74,7 @@
 //
 // # Metrics
 //
-// Downloader.Stats returns counters (objects, bytes, range reads, retries
-// by RetryCause, CRC failures, stalls) and connection gauges, without
-// depending on a metrics library.
+// Downloader.Stats returns a stats.Fetch: counters (objects, bytes, range
+// reads, retries by RetryCause name, CRC failures, stalls, splits) and
+// connection gauges, without depending on a metrics library.
 package fetch

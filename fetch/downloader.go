@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Defaults for the zero fields of Config.
@@ -181,12 +183,15 @@ func (d *Downloader) lane(size int64) *connSem {
 	return d.sem
 }
 
-// Stats returns a snapshot of the Downloader's counters.
-func (d *Downloader) Stats() Stats {
+// Stats returns a snapshot of the Downloader's counters and gauges (see
+// stats.Fetch; Retries is keyed by RetryCause names).
+func (d *Downloader) Stats() stats.Fetch {
 	s := d.stats.snapshot()
-	s.Conns, s.Waiting = d.sem.counts()
+	s.SliceBytes = d.cfg.SliceSize
+	s.Connections, s.ConnsInUse, s.WaitingSlices = d.sem.counts()
 	if d.small != nil {
-		s.SmallConns, s.SmallWaiting = d.small.counts()
+		_, s.SmallConnsInUse, s.SmallWaiting = d.small.counts()
+		s.WaitingSlices += s.SmallWaiting
 	}
 	return s
 }

@@ -130,7 +130,7 @@ func TestFetchGCSStatusFaults(t *testing.T) {
 			if n := e.s.MediaGETs(); n != tc.wantGETs {
 				t.Errorf("media GETs = %d; want %d", n, tc.wantGETs)
 			}
-			if r := e.d.Stats().Retries[tc.cause]; r != tc.retries {
+			if r := e.d.Stats().Retries[tc.cause.String()]; r != tc.retries {
 				t.Errorf("Retries[%v] = %d; want %d", tc.cause, r, tc.retries)
 			}
 		})
@@ -181,7 +181,7 @@ func TestFetchGCSBrokenBodies(t *testing.T) {
 			} else if tc.resume != "" && ranges[1] != tc.resume {
 				t.Errorf("second GET asked for %q; want %q (only the missing tail)", ranges[1], tc.resume)
 			}
-			if r := e.d.Stats().Retries[tc.cause]; r != tc.tries {
+			if r := e.d.Stats().Retries[tc.cause.String()]; r != tc.tries {
 				t.Errorf("Retries[%v] = %d; want %d", tc.cause, r, tc.tries)
 			}
 		})
@@ -200,9 +200,9 @@ func TestFetchGCSCorruption(t *testing.T) {
 		}
 		checkBytes(t, "Fetch", got, e.data)
 		st := e.d.Stats()
-		if st.CRCFailures != 1 || st.Retries[CauseChecksum] != 1 || e.s.MediaGETs() != 10 {
+		if st.CRCFailures != 1 || st.Retries[CauseChecksum.String()] != 1 || e.s.MediaGETs() != 10 {
 			t.Errorf("CRC failures %d, checksum retries %d, GETs %d; want 1, 1, 10",
-				st.CRCFailures, st.Retries[CauseChecksum], e.s.MediaGETs())
+				st.CRCFailures, st.Retries[CauseChecksum.String()], e.s.MediaGETs())
 		}
 	})
 	t.Run("persistent", func(t *testing.T) {
@@ -246,8 +246,8 @@ func TestFetchGCSStall(t *testing.T) {
 			// On a loaded machine a retry may itself be slow enough to
 			// count as a stall; at least the injected one must be seen.
 			st := e.d.Stats()
-			if st.Stalls < 1 || st.Retries[CauseStall] != st.Stalls {
-				t.Errorf("Stalls %d, stall retries %d; want equal and at least 1", st.Stalls, st.Retries[CauseStall])
+			if st.Stalls < 1 || st.Retries[CauseStall.String()] != st.Stalls {
+				t.Errorf("Stalls %d, stall retries %d; want equal and at least 1", st.Stalls, st.Retries[CauseStall.String()])
 			}
 			if ranges := log.all(); len(ranges) < 2 || ranges[1] != tc.resume {
 				t.Errorf("media GET ranges = %q; want the second to be %q", ranges, tc.resume)
@@ -378,7 +378,7 @@ func TestFetchGCSCancel(t *testing.T) {
 		t.Fatalf("Fetch error = %v; want context.Canceled", err)
 	}
 	checkNoFetchGoroutines(t)
-	if st := e.d.Stats(); st.Conns != 0 || st.Waiting != 0 || st.Stalls != 0 {
+	if st := e.d.Stats(); st.ConnsInUse != 0 || st.WaitingSlices != 0 || st.Stalls != 0 {
 		t.Errorf("Stats = %+v; want no conns, waiters or stalls", st)
 	}
 }

@@ -66,7 +66,7 @@ func TestFetchDirSizes(t *testing.T) {
 			}
 			checkBytes(t, "Fetch", got, data)
 			st := d.Stats()
-			if want := int64((size + S - 1) / S); st.Ranges != want || st.Bytes != int64(size) || st.Objects != 1 || st.Conns != 0 {
+			if want := int64((size + S - 1) / S); st.Ranges != want || st.Bytes != int64(size) || st.Objects != 1 || st.ConnsInUse != 0 {
 				t.Errorf("size %d: Stats = %+v; want %d ranges, %d bytes, 1 object, 0 conns", size, st, want, size)
 			}
 		}
@@ -89,7 +89,7 @@ func TestFetchChecksumMismatch(t *testing.T) {
 		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
 	}
 	st := d.Stats()
-	if st.CRCFailures != 2 || st.Retries[CauseChecksum] != 1 || st.Ranges != 2*4 || st.Failures != 1 {
+	if st.CRCFailures != 2 || st.Retries[CauseChecksum.String()] != 1 || st.Ranges != 2*4 || st.Failures != 1 {
 		t.Errorf("Stats = %+v; want 2 CRC failures, 1 checksum retry, 8 ranges, 1 failure", st)
 	}
 
@@ -152,7 +152,7 @@ func TestFetchENOSPC(t *testing.T) {
 	if err := d.Fetch(context.Background(), a, full, nil); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Fetch to /dev/full error = %v; want ENOSPC", err)
 	}
-	if st := d.Stats(); st.Ranges != 1 || st.Conns != 0 {
+	if st := d.Stats(); st.Ranges != 1 || st.ConnsInUse != 0 {
 		t.Errorf("Stats = %+v; want 1 range (no retry), 0 conns", st)
 	}
 }
@@ -182,8 +182,8 @@ func TestFetchCancelled(t *testing.T) {
 		t.Errorf("Fetch cancelled mid-read error = %v; want context.Canceled", err)
 	}
 	checkNoFetchGoroutines(t)
-	if st := d.Stats(); st.Conns != 0 || st.Waiting != 0 {
-		t.Errorf("after cancel: %d conns, %d waiting; want 0, 0", st.Conns, st.Waiting)
+	if st := d.Stats(); st.ConnsInUse != 0 || st.WaitingSlices != 0 {
+		t.Errorf("after cancel: %d conns, %d waiting; want 0, 0", st.ConnsInUse, st.WaitingSlices)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // laneEnv is a gated directory source holding an object above the small
@@ -52,7 +53,7 @@ func (e *laneEnv) fetchAsync(t *testing.T, a Attrs) (<-chan []byte, <-chan error
 }
 
 // waitStats polls the Downloader's gauges until ok accepts them.
-func (e *laneEnv) waitStats(t *testing.T, what string, ok func(Stats) bool) {
+func (e *laneEnv) waitStats(t *testing.T, what string, ok func(stats.Fetch) bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !ok(e.d.Stats()); {
 		if time.Now().After(deadline) {
@@ -81,7 +82,7 @@ func TestSmallLaneBesideBusyConnections(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the small object's read did not start beside the held connection: stats %+v", e.d.Stats())
 	}
-	if st := e.d.Stats(); st.Conns != 1 || st.SmallConns != 1 || st.Waiting != 0 || st.SmallWaiting != 0 {
+	if st := e.d.Stats(); st.ConnsInUse != 1 || st.SmallConnsInUse != 1 || st.WaitingSlices != 0 {
 		t.Errorf("both reads open: stats %+v; want 1 conn, 1 small conn, none waiting", st)
 	}
 	e.src.gate <- struct{}{}
@@ -95,7 +96,7 @@ func TestSmallLaneBesideBusyConnections(t *testing.T) {
 	}
 	checkBytes(t, "big", <-bigGot, e.bigData)
 	checkNoFetchGoroutines(t)
-	if st := e.d.Stats(); st.Conns != 0 || st.SmallConns != 0 || st.Splits != 0 {
+	if st := e.d.Stats(); st.ConnsInUse != 0 || st.SmallConnsInUse != 0 || st.Splits != 0 {
 		t.Errorf("after both: stats %+v; want no conns, no splits", st)
 	}
 }
@@ -110,8 +111,8 @@ func TestNoSmallLaneWaits(t *testing.T) {
 	bigGot, bigErr := e.fetchAsync(t, e.big)
 	<-e.src.opened
 	smallGot, smallErr := e.fetchAsync(t, e.small)
-	e.waitStats(t, "small object queued", func(s Stats) bool { return s.Waiting == 1 })
-	if st := e.d.Stats(); st.SmallConns != 0 || st.SmallWaiting != 0 {
+	e.waitStats(t, "small object queued", func(s stats.Fetch) bool { return s.WaitingSlices == 1 })
+	if st := e.d.Stats(); st.SmallConnsInUse != 0 || st.SmallWaiting != 0 {
 		t.Errorf("lane off: stats %+v; want no small-lane use", st)
 	}
 	e.src.gate <- struct{}{}
@@ -161,8 +162,8 @@ func TestSmallLaneBudget(t *testing.T) {
 			for range tc.wantLimit {
 				<-e.src.opened
 			}
-			e.waitStats(t, "one small object queued", func(s Stats) bool {
-				return s.SmallConns == tc.wantLimit && s.SmallWaiting == 1
+			e.waitStats(t, "one small object queued", func(s stats.Fetch) bool {
+				return s.SmallConnsInUse == tc.wantLimit && s.SmallWaiting == 1
 			})
 			for range tc.wantLimit + 1 {
 				e.src.gate <- struct{}{}

@@ -150,11 +150,12 @@ func (s *connSem) idle() bool {
 	return len(s.waiters) == 0 && s.used <= s.limit
 }
 
-// counts returns the slots in use and the number of waiters.
-func (s *connSem) counts() (used, waiting int) {
+// counts returns the number of slots, the slots in use and the number of
+// waiters.
+func (s *connSem) counts() (limit, used, waiting int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.used, len(s.waiters)
+	return s.limit, s.used, len(s.waiters)
 }
 
 // grantLocked hands free slots to waiters, most urgent first.

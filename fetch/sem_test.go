@@ -82,7 +82,7 @@ func TestSemGrantOrder(t *testing.T) {
 		}
 	}
 	s.release()
-	if used, waiting := s.counts(); used != 0 || waiting != 0 {
+	if _, used, waiting := s.counts(); used != 0 || waiting != 0 {
 		t.Errorf("counts() = %d used, %d waiting; want 0, 0", used, waiting)
 	}
 }
@@ -110,11 +110,11 @@ func TestSemCancelWhileQueued(t *testing.T) {
 	if err := s.wait(ctx, w); !errors.Is(err, context.Canceled) {
 		t.Fatalf("wait(cancelled) = %v; want context.Canceled", err)
 	}
-	if used, waiting := s.counts(); used != 1 || waiting != 0 {
+	if _, used, waiting := s.counts(); used != 1 || waiting != 0 {
 		t.Errorf("counts() = %d used, %d waiting; want 1, 0", used, waiting)
 	}
 	s.release()
-	if used, _ := s.counts(); used != 0 {
+	if _, used, _ := s.counts(); used != 0 {
 		t.Errorf("used after release = %d; want 0", used)
 	}
 }
@@ -137,7 +137,7 @@ func TestSemCancelAfterGrant(t *testing.T) {
 			t.Fatal("slot leaked: the next waiter was never granted")
 		}
 		s.release()
-		if used, waiting := s.counts(); used != 0 || waiting != 0 {
+		if _, used, waiting := s.counts(); used != 0 || waiting != 0 {
 			t.Fatalf("counts() = %d used, %d waiting; want 0, 0", used, waiting)
 		}
 	}
@@ -243,7 +243,7 @@ func TestSemTryAcquire(t *testing.T) {
 		if !s.tryAcquire() {
 			t.Error("tryAcquire failed after a release")
 		}
-		if used, waiting := s.counts(); used != 3 || waiting != 0 {
+		if _, used, waiting := s.counts(); used != 3 || waiting != 0 {
 			t.Errorf("counts = %d used, %d waiting; want 3, 0", used, waiting)
 		}
 	})
@@ -289,7 +289,7 @@ func TestSemStress(t *testing.T) {
 	if p := peak.Load(); p > limit {
 		t.Errorf("peak concurrent holders = %d; want ≤ %d", p, limit)
 	}
-	if used, waiting := s.counts(); used != 0 || waiting != 0 {
+	if _, used, waiting := s.counts(); used != 0 || waiting != 0 {
 		t.Errorf("counts() = %d used, %d waiting; want 0, 0", used, waiting)
 	}
 }

@@ -87,8 +87,8 @@ func TestStealSplitsTail(t *testing.T) {
 	if mid < 1 {
 		t.Errorf("ranges %q: none starts inside the big object", e.ranges.all())
 	}
-	if st.Conns != 0 || st.Waiting != 0 {
-		t.Errorf("after the downloads: %d slots in use, %d waiting", st.Conns, st.Waiting)
+	if st.ConnsInUse != 0 || st.WaitingSlices != 0 {
+		t.Errorf("after the downloads: %d slots in use, %d waiting", st.ConnsInUse, st.WaitingSlices)
 	}
 }
 
@@ -113,7 +113,7 @@ func TestStealWithShortReads(t *testing.T) {
 	e := newStealEnv(t, 2, plan)
 	e.fetchBoth(t)
 	st := e.d.Stats()
-	if st.Splits < 1 || st.Retries[CauseShortRead] < 2 {
+	if st.Splits < 1 || st.Retries[CauseShortRead.String()] < 2 {
 		t.Errorf("stats %+v: want splits and two short-read retries; ranges %q", st, e.ranges.all())
 	}
 }
@@ -128,7 +128,7 @@ func TestSpreadOneObject(t *testing.T) {
 	}
 	checkBytes(t, "big", got, e.bigData)
 	checkNoFetchGoroutines(t)
-	if st := e.d.Stats(); st.Splits < 2 || st.Conns != 0 {
+	if st := e.d.Stats(); st.Splits < 2 || st.ConnsInUse != 0 {
 		t.Errorf("stats %+v: want the object split over the idle connections; ranges %q", st, e.ranges.all())
 	}
 }

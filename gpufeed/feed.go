@@ -10,6 +10,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Sentinel errors, wrapped with details. Test them with errors.Is.
@@ -181,12 +182,12 @@ type Stats struct {
 	CopyWait  time.Duration
 	CopyWaits int64
 	// NextWait is the time the consumer was blocked in Next: the Loader's
-	// stalls (see loader.Stats).
+	// stalls (see stats.Loader).
 	NextWait time.Duration
 	// Elapsed is the time since the first call of Next, 0 before.
 	Elapsed time.Duration
 	// Loader is the Loader's Stats.
-	Loader loader.Stats
+	Loader stats.Loader
 }
 
 // CopyWaitShare returns CopyWait as a share of Elapsed: the share of the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // planDropTimeout bounds telling the Planner to drop the plan at Close,
@@ -69,7 +70,7 @@ type Loader struct {
 
 	mu     sync.Mutex // protects the fields below
 	state  State
-	stats  Stats
+	stats  stats.Loader
 	err    error // sticky failure
 	closed bool
 }

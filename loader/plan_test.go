@@ -15,6 +15,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -217,12 +218,14 @@ func TestClairvoyantCache(t *testing.T) {
 	if ps := c.PlanStats(); ps.Plans != 0 {
 		t.Errorf("%d plans left after Close", ps.Plans)
 	}
-	if s := c.Stats(); s.UsedBytes > s.MaxBytes || s.ShmUsedBytes > s.ShmMaxBytes {
-		t.Errorf("cache stats %+v: over budget", s)
+	for _, tr := range c.Stats().Tiers {
+		if tr.UsedBytes > tr.MaxBytes {
+			t.Errorf("cache stats %+v: %s over budget", tr, tr.Name)
+		}
 	}
 	// Staging queues the promotion of a shard whose disk copy is resident,
 	// and the promoter makes it once readers pause: now.
-	for deadline := time.Now().Add(30 * time.Second); c.Stats().Promotions == 0; {
+	for deadline := time.Now().Add(30 * time.Second); shmPromotions(c) == 0; {
 		if time.Now().After(deadline) {
 			t.Fatalf("cache stats %+v: nothing promoted after the loader closed", c.Stats())
 		}
@@ -237,14 +240,20 @@ func TestClairvoyantCache(t *testing.T) {
 	}
 }
 
+// shmPromotions returns the copies c made into its shm tier.
+func shmPromotions(c *tier.Cache) int64 {
+	shm, _ := c.Stats().Shm()
+	return shm.Promotions
+}
+
 // reportingPlanner is a recordingPlanner that also takes Stats.
 type reportingPlanner struct {
 	recordingPlanner
-	reports []Stats
+	reports []stats.Loader
 	ids     []string
 }
 
-func (p *reportingPlanner) ReportStats(_ context.Context, id string, s Stats) error {
+func (p *reportingPlanner) ReportStats(_ context.Context, id string, s stats.Loader) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ids = append(p.ids, id)

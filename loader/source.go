@@ -7,6 +7,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Source lends the arrays of cached objects. FromStore adapts an
@@ -70,7 +71,7 @@ type Planner interface {
 // dropping the plan. Reports are advice, counted as plan errors on failure.
 type StatsReporter interface {
 	// ReportStats reports plan id's reader's Stats: totals since its New.
-	ReportStats(ctx context.Context, id string, s Stats) error
+	ReportStats(ctx context.Context, id string, s stats.Loader) error
 }
 
 // ReportInterval is the least time between two reports to a StatsReporter.

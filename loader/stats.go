@@ -3,43 +3,11 @@ package loader
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/cacheagent/cacheagent/stats"
 )
 
-// Stats counts what a Loader delivered and where Next waited. Durations
-// are totals since New. A stall is time Next spent blocked; it is split by
-// what the batch Next waited for was doing at each moment:
-//
-//   - WaitFetch: its shard was being fetched (Stager.Fetch, or the whole
-//     Acquire when there is no Stager);
-//   - WaitPromote: its shard was being copied from disk to shm
-//     (Stager.Promote) and mapped;
-//   - WaitGather: its rows were being copied into the batch buffer;
-//   - WaitOther: anything else: the batch not yet sampled because every
-//     buffer was in use (the consumer holds Prefetch batches), or waiting
-//     for a gathering goroutine.
-//
-// The four add up to Wait.
-type Stats struct {
-	// Batches and Samples count what Next returned; Bytes the size of
-	// their arrays; ZeroCopy the batches served without a copy.
-	Batches, Samples, Bytes, ZeroCopy int64
-	// Wait is the time Next blocked, split as the type's documentation
-	// says.
-	Wait, WaitFetch, WaitPromote, WaitGather, WaitOther time.Duration
-	// Gather is the time spent copying rows, over all gathering
-	// goroutines; BytesGathered the bytes they copied.
-	Gather        time.Duration
-	BytesGathered int64
-	// ShardsOpened counts shard openings (once per shard per epoch);
-	// OpenTime their total time, staging included.
-	ShardsOpened int64
-	OpenTime     time.Duration
-	// PlanErrors and StageErrors count advisory failures of the Planner
-	// and of Stager.Promote; the Loader carried on.
-	PlanErrors, StageErrors int64
-}
-
-// counters are the Stats kept by goroutines other than Next's caller.
+// counters are the figures of Stats kept by goroutines other than Next's caller.
 type counters struct {
 	gather, gathered atomic.Int64
 	opened, openTime atomic.Int64
@@ -110,9 +78,10 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// Stats returns a snapshot of the counters. Safe to call concurrently
+// Stats returns a snapshot of what the Loader delivered and where Next
+// waited, totals since New (see stats.Loader). Safe to call concurrently
 // with Next.
-func (l *Loader) Stats() Stats {
+func (l *Loader) Stats() stats.Loader {
 	l.mu.Lock()
 	s := l.stats
 	l.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // desc is shorthand for a series description.
@@ -11,128 +12,168 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, labels, nil)
 }
 
-// Tier series, labelled by tier.
-var (
-	tierBytes      = desc("cacheagent_tier_bytes", "Space used by cached objects, in filesystem blocks.", "tier")
-	tierMax        = desc("cacheagent_tier_max_bytes", "Byte budget of the tier.", "tier")
-	tierPinned     = desc("cacheagent_tier_pinned_bytes", "Space held by pinned objects.", "tier")
-	tierReserved   = desc("cacheagent_tier_reserved_bytes", "Space reserved by fills in progress.", "tier")
-	tierInUse      = desc("cacheagent_tier_in_use_bytes", "Space held by unpinned objects that are open (leases, reads).", "tier")
-	tierPending    = desc("cacheagent_tier_pending_bytes", "Space of copies that left the cache while open, freed at their last close.", "tier")
-	tierObjects    = desc("cacheagent_tier_objects", "Cached objects.", "tier")
-	tierHits       = desc("cacheagent_tier_hits_total", "Opens served from the tier.", "tier")
-	tierMisses     = desc("cacheagent_tier_misses_total", "Opens that had to fetch the object.", "tier")
-	tierEvictions  = desc("cacheagent_tier_evictions_total", "Objects evicted from the tier.", "tier")
-	tierPromotions = desc("cacheagent_tier_promotions_total", "Objects copied into the tier from a slower one.", "tier")
-	tierPromoSkips = desc("cacheagent_tier_promotions_skipped_total", "Promotions into the tier that did not fit.", "tier")
-	tierDamaged    = desc("cacheagent_tier_damaged_total", "Copies dropped because their file changed behind the cache's back.", "tier")
-	tierFills      = desc("cacheagent_tier_fills_total", "Objects downloaded into the tier.", "tier")
-	tierFetched    = desc("cacheagent_tier_fetched_bytes_total", "Bytes downloaded into the tier.", "tier")
-	tierRevalid    = desc("cacheagent_tier_revalidations_total", "Generation checks sent to the source for cached objects.", "tier")
-)
+// metric is one series read from a stats value of type T: its
+// description, its kind, the values of its own labels (the collector may
+// append more, like the tier's name) and how to read its value. Each stats
+// type has a table of them: exporting a new figure is one row.
+type metric[T any] struct {
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	labels []string
+	value  func(T) float64
+}
+
+// gauge and counter return a row of a table.
+func gauge[T any](d *prometheus.Desc, value func(T) float64, labels ...string) metric[T] {
+	return metric[T]{desc: d, kind: prometheus.GaugeValue, labels: labels, value: value}
+}
+
+func counter[T any](d *prometheus.Desc, value func(T) float64, labels ...string) metric[T] {
+	return metric[T]{desc: d, kind: prometheus.CounterValue, labels: labels, value: value}
+}
+
+// describe sends the descriptions of table, each once.
+func describe[T any](ch chan<- *prometheus.Desc, table []metric[T]) {
+	seen := make(map[*prometheus.Desc]bool, len(table))
+	for _, m := range table {
+		if !seen[m.desc] {
+			seen[m.desc] = true
+			ch <- m.desc
+		}
+	}
+}
+
+// collect sends every series of table read from v, with the label values
+// extra appended to each row's own.
+func collect[T any](ch chan<- prometheus.Metric, table []metric[T], v T, extra ...string) {
+	for _, m := range table {
+		labels := append(m.labels[:len(m.labels):len(m.labels)], extra...)
+		ch <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(v), labels...)
+	}
+}
+
+// tableCollector exports one table from a value read at scrape time.
+type tableCollector[T any] struct {
+	read  func() T // nil: nothing to export
+	table []metric[T]
+}
+
+func (c *tableCollector[T]) Describe(ch chan<- *prometheus.Desc) { describe(ch, c.table) }
+
+func (c *tableCollector[T]) Collect(ch chan<- prometheus.Metric) {
+	if c.read != nil {
+		collect(ch, c.table, c.read())
+	}
+}
+
+// tierTable is every tier's series, labelled by tier.
+var tierTable = []metric[stats.Tier]{
+	gauge(desc("cacheagent_tier_bytes", "Space used by cached objects, in filesystem blocks.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.UsedBytes) }),
+	gauge(desc("cacheagent_tier_max_bytes", "Byte budget of the tier.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.MaxBytes) }),
+	gauge(desc("cacheagent_tier_pinned_bytes", "Space held by pinned objects.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.PinnedBytes) }),
+	gauge(desc("cacheagent_tier_reserved_bytes", "Space reserved by fills in progress.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.ReservedBytes) }),
+	gauge(desc("cacheagent_tier_in_use_bytes", "Space held by unpinned objects that are open (leases, reads).", "tier"),
+		func(t stats.Tier) float64 { return float64(t.InUseBytes) }),
+	gauge(desc("cacheagent_tier_pending_bytes", "Space of copies that left the cache while open, freed at their last close.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.PendingBytes) }),
+	gauge(desc("cacheagent_tier_objects", "Cached objects.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Entries) }),
+	counter(desc("cacheagent_tier_hits_total", "Opens served from the tier.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Hits) }),
+	counter(desc("cacheagent_tier_misses_total", "Opens that had to fetch the object.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Misses) }),
+	counter(desc("cacheagent_tier_evictions_total", "Objects evicted from the tier.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Evictions) }),
+	counter(desc("cacheagent_tier_fills_total", "Objects downloaded into the tier.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Fills) }),
+	counter(desc("cacheagent_tier_fetched_bytes_total", "Bytes downloaded into the tier.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.BytesFetched) }),
+	counter(desc("cacheagent_tier_revalidations_total", "Generation checks sent to the source for cached objects.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Revalidations) }),
+	counter(desc("cacheagent_tier_damaged_total", "Copies dropped because their file changed behind the cache's back.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Damaged) }),
+}
+
+// upperTierTable is the series of a tier above another (shm above disk),
+// which promotes copies from it.
+var upperTierTable = []metric[stats.Tier]{
+	counter(desc("cacheagent_tier_promotions_total", "Objects copied into the tier from a slower one.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Promotions) }),
+	counter(desc("cacheagent_tier_promotions_skipped_total", "Promotions into the tier that did not fit.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.PromotionsSkipped) }),
+}
 
 // tierCollector reads every tier's stats at scrape time.
 type tierCollector struct {
-	src func() []TierStats
+	src func() stats.Cache
 }
 
 func (c *tierCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{tierBytes, tierMax, tierPinned, tierReserved, tierInUse, tierPending,
-		tierObjects, tierHits, tierMisses, tierEvictions, tierPromotions, tierPromoSkips, tierDamaged, tierFills,
-		tierFetched, tierRevalid} {
-		ch <- d
-	}
+	describe(ch, tierTable)
+	describe(ch, upperTierTable)
 }
 
 func (c *tierCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src == nil {
 		return
 	}
-	for _, t := range c.src() {
-		gauge := func(d *prometheus.Desc, v int64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), t.Tier)
-		}
-		counter := func(d *prometheus.Desc, v int64) {
-			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), t.Tier)
-		}
-		gauge(tierBytes, t.UsedBytes)
-		gauge(tierMax, t.MaxBytes)
-		gauge(tierPinned, t.PinnedBytes)
-		gauge(tierReserved, t.ReservedBytes)
-		gauge(tierInUse, t.InUseBytes)
-		gauge(tierPending, t.PendingBytes)
-		gauge(tierObjects, t.Objects)
-		counter(tierHits, t.Hits)
-		counter(tierMisses, t.Misses)
-		counter(tierEvictions, t.Evictions)
-		counter(tierFills, t.Fills)
-		counter(tierFetched, t.BytesFetched)
-		counter(tierRevalid, t.Revalidations)
-		counter(tierDamaged, t.Damaged)
-		if t.HasPromotions {
-			counter(tierPromotions, t.Promotions)
-			counter(tierPromoSkips, t.PromotionsSkipped)
+	tiers := c.src().Tiers
+	for i, t := range tiers {
+		collect(ch, tierTable, t, t.Name)
+		if i < len(tiers)-1 { // not the base tier
+			collect(ch, upperTierTable, t, t.Name)
 		}
 	}
 }
-
-// Fetch series.
-var (
-	fetchBytes   = desc("cacheagent_fetch_bytes_total", "Object bytes written by downloads (retried attempts included).")
-	fetchObjects = desc("cacheagent_fetch_objects_total", "Whole-object downloads by result.", "result")
-	fetchRanges  = desc("cacheagent_fetch_ranges_total", "Range reads opened (attempts).")
-	fetchRetries = desc("cacheagent_fetch_retries_total", "Retries by cause.", "cause")
-	fetchCRC     = desc("cacheagent_fetch_crc_failures_total", "Downloaded objects whose CRC32C did not match.")
-	fetchStalls  = desc("cacheagent_fetch_stalls_total", "Range reads aborted for receiving no bytes.")
-	fetchSplits  = desc("cacheagent_fetch_splits_total", "Ranges split to give an otherwise idle connection their second half.")
-	fetchConns   = desc("cacheagent_fetch_connections", "Connection slots in use.")
-	fetchLimit   = desc("cacheagent_fetch_connections_limit", "Connection budget.")
-	fetchWaiting = desc("cacheagent_fetch_waiting_slices", "Slices waiting for a connection slot (all priorities).")
-	fetchSmall   = desc("cacheagent_fetch_small_connections", "Small-object lane slots in use.")
-	fetchSmallW  = desc("cacheagent_fetch_small_waiting", "Small objects waiting for a small-object lane slot.")
-)
 
 // retryCauses are every fetch.RetryCause, for labels.
 var retryCauses = []fetch.RetryCause{fetch.CauseThrottled, fetch.CauseServer, fetch.CauseNetwork,
 	fetch.CauseShortRead, fetch.CauseStall, fetch.CauseChecksum}
 
-// fetchCollector reads the downloader's counters at scrape time.
-type fetchCollector struct {
-	src Sources
-}
+// Fetch series with several rows.
+var (
+	fetchObjects = desc("cacheagent_fetch_objects_total", "Whole-object downloads by result.", "result")
+	fetchRetries = desc("cacheagent_fetch_retries_total", "Retries by cause.", "cause")
+)
 
-func (c *fetchCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{fetchBytes, fetchObjects, fetchRanges, fetchRetries, fetchCRC,
-		fetchStalls, fetchSplits, fetchConns, fetchLimit, fetchWaiting, fetchSmall, fetchSmallW} {
-		ch <- d
-	}
-}
+// fetchTable is the downloader's series.
+var fetchTable = append([]metric[stats.Fetch]{
+	counter(desc("cacheagent_fetch_bytes_total", "Object bytes written by downloads (retried attempts included)."),
+		func(s stats.Fetch) float64 { return float64(s.Bytes) }),
+	counter(fetchObjects, func(s stats.Fetch) float64 { return float64(s.Objects) }, "ok"),
+	counter(fetchObjects, func(s stats.Fetch) float64 { return float64(s.Failures) }, "error"),
+	counter(desc("cacheagent_fetch_ranges_total", "Range reads opened (attempts)."),
+		func(s stats.Fetch) float64 { return float64(s.Ranges) }),
+	counter(desc("cacheagent_fetch_crc_failures_total", "Downloaded objects whose CRC32C did not match."),
+		func(s stats.Fetch) float64 { return float64(s.CRCFailures) }),
+	counter(desc("cacheagent_fetch_stalls_total", "Range reads aborted for receiving no bytes."),
+		func(s stats.Fetch) float64 { return float64(s.Stalls) }),
+	counter(desc("cacheagent_fetch_splits_total", "Ranges split to give an otherwise idle connection their second half."),
+		func(s stats.Fetch) float64 { return float64(s.Splits) }),
+	gauge(desc("cacheagent_fetch_connections", "Connection slots in use."),
+		func(s stats.Fetch) float64 { return float64(s.ConnsInUse) }),
+	gauge(desc("cacheagent_fetch_connections_limit", "Connection budget."),
+		func(s stats.Fetch) float64 { return float64(s.Connections) }),
+	gauge(desc("cacheagent_fetch_waiting_slices", "Slices waiting for a connection slot (all priorities)."),
+		func(s stats.Fetch) float64 { return float64(s.WaitingSlices - s.SmallWaiting) }),
+	gauge(desc("cacheagent_fetch_small_connections", "Small-object lane slots in use."),
+		func(s stats.Fetch) float64 { return float64(s.SmallConnsInUse) }),
+	gauge(desc("cacheagent_fetch_small_waiting", "Small objects waiting for a small-object lane slot."),
+		func(s stats.Fetch) float64 { return float64(s.SmallWaiting) }),
+}, retryRows()...)
 
-func (c *fetchCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.src.Connections != nil {
-		ch <- prometheus.MustNewConstMetric(fetchLimit, prometheus.GaugeValue, float64(c.src.Connections()))
-	}
-	if c.src.Fetch == nil {
-		return
-	}
-	s := c.src.Fetch()
-	counter := func(d *prometheus.Desc, v int64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
-	}
-	counter(fetchBytes, s.Bytes)
-	counter(fetchObjects, s.Objects, "ok")
-	counter(fetchObjects, s.Failures, "error")
-	counter(fetchRanges, s.Ranges)
+// retryRows returns a row of cacheagent_fetch_retries_total per cause.
+func retryRows() []metric[stats.Fetch] {
+	var rows []metric[stats.Fetch]
 	for _, rc := range retryCauses {
-		counter(fetchRetries, s.Retries[rc], rc.String())
+		name := rc.String()
+		rows = append(rows, counter(fetchRetries, func(s stats.Fetch) float64 { return float64(s.Retries[name]) }, name))
 	}
-	counter(fetchCRC, s.CRCFailures)
-	counter(fetchStalls, s.Stalls)
-	counter(fetchSplits, s.Splits)
-	ch <- prometheus.MustNewConstMetric(fetchConns, prometheus.GaugeValue, float64(s.Conns))
-	ch <- prometheus.MustNewConstMetric(fetchWaiting, prometheus.GaugeValue, float64(s.Waiting))
-	ch <- prometheus.MustNewConstMetric(fetchSmall, prometheus.GaugeValue, float64(s.SmallConns))
-	ch <- prometheus.MustNewConstMetric(fetchSmallW, prometheus.GaugeValue, float64(s.SmallWaiting))
+	return rows
 }
 
 // Queue and daemon series.
@@ -185,81 +226,60 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Plan series.
-var (
-	planPlans       = desc("cacheagent_plans", "Announced access plans.")
-	planObjects     = desc("cacheagent_plan_objects", "Distinct objects in the announced plans.")
-	planPrefetched  = desc("cacheagent_plan_prefetched_objects_total", "Objects the planner fetched ahead of readers.")
-	planPrefBytes   = desc("cacheagent_plan_prefetched_bytes_total", "Bytes the planner fetched ahead of readers.")
-	planFetchRate   = desc("cacheagent_plan_fetch_rate_bytes", "Measured rate of the planner's fetches, bytes per second.")
-	planConsumeRate = desc("cacheagent_plan_consume_rate_bytes", "Measured rate at which readers advance through plans, bytes per second.")
-	planLookahead   = desc("cacheagent_plan_lookahead_bytes", "Bytes ahead of the readers the planner last aimed to hold.")
-)
-
-// planCollector reads the plans' figures at scrape time.
-type planCollector struct {
-	src func() PlanStats
+// planTable is the series of the announced plans and the planner.
+var planTable = []metric[stats.Plan]{
+	gauge(desc("cacheagent_plans", "Announced access plans."),
+		func(s stats.Plan) float64 { return float64(s.Plans) }),
+	gauge(desc("cacheagent_plan_objects", "Distinct objects in the announced plans."),
+		func(s stats.Plan) float64 { return float64(s.Objects) }),
+	counter(desc("cacheagent_plan_prefetched_objects_total", "Objects the planner fetched ahead of readers."),
+		func(s stats.Plan) float64 { return float64(s.Prefetched) }),
+	counter(desc("cacheagent_plan_prefetched_bytes_total", "Bytes the planner fetched ahead of readers."),
+		func(s stats.Plan) float64 { return float64(s.PrefetchedBytes) }),
+	gauge(desc("cacheagent_plan_fetch_rate_bytes", "Measured rate of the planner's fetches, bytes per second."),
+		func(s stats.Plan) float64 { return s.FetchRate }),
+	gauge(desc("cacheagent_plan_consume_rate_bytes", "Measured rate at which readers advance through plans, bytes per second."),
+		func(s stats.Plan) float64 { return s.ConsumeRate }),
+	gauge(desc("cacheagent_plan_lookahead_bytes", "Bytes ahead of the readers the planner last aimed to hold."),
+		func(s stats.Plan) float64 { return float64(s.Lookahead) }),
 }
 
-func (c *planCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{planPlans, planObjects, planPrefetched, planPrefBytes, planFetchRate,
-		planConsumeRate, planLookahead} {
-		ch <- d
-	}
+// loaderStall is the loaders' stall time, by cause.
+var loaderStall = desc("cacheagent_loader_stall_seconds_total", "Time loaders' consumers waited for a batch, by what it waited for (fetch, promote, gather, other).", "cause")
+
+// loaderTable is the series of the totals over every loader that reports
+// to the daemon, with no per-loader labels.
+var loaderTable = []metric[stats.Loader]{
+	counter(loaderStall, func(s stats.Loader) float64 { return s.WaitFetch.Seconds() }, "fetch"),
+	counter(loaderStall, func(s stats.Loader) float64 { return s.WaitPromote.Seconds() }, "promote"),
+	counter(loaderStall, func(s stats.Loader) float64 { return s.WaitGather.Seconds() }, "gather"),
+	counter(loaderStall, func(s stats.Loader) float64 { return s.WaitOther.Seconds() }, "other"),
+	counter(desc("cacheagent_loader_samples_total", "Samples loaders delivered."),
+		func(s stats.Loader) float64 { return float64(s.Samples) }),
+	counter(desc("cacheagent_loader_batches_total", "Batches loaders delivered."),
+		func(s stats.Loader) float64 { return float64(s.Batches) }),
+	counter(desc("cacheagent_loader_bytes_total", "Bytes of the batches loaders delivered."),
+		func(s stats.Loader) float64 { return float64(s.Bytes) }),
 }
 
-func (c *planCollector) Collect(ch chan<- prometheus.Metric) {
-	if c.src == nil {
-		return
-	}
-	s := c.src()
-	gauge := func(d *prometheus.Desc, v float64) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
-	}
-	gauge(planPlans, float64(s.Plans))
-	gauge(planObjects, float64(s.Objects))
-	ch <- prometheus.MustNewConstMetric(planPrefetched, prometheus.CounterValue, float64(s.Prefetched))
-	ch <- prometheus.MustNewConstMetric(planPrefBytes, prometheus.CounterValue, float64(s.PrefetchedBytes))
-	gauge(planFetchRate, s.FetchRate)
-	gauge(planConsumeRate, s.ConsumeRate)
-	gauge(planLookahead, float64(s.Lookahead))
-}
-
-// Loader series: totals over every loader that reports to the daemon, with
-// no per-loader labels.
-var (
-	loaderStall   = desc("cacheagent_loader_stall_seconds_total", "Time loaders' consumers waited for a batch, by what it waited for (fetch, promote, gather, other).", "cause")
-	loaderSamples = desc("cacheagent_loader_samples_total", "Samples loaders delivered.")
-	loaderBatches = desc("cacheagent_loader_batches_total", "Batches loaders delivered.")
-	loaderBytes   = desc("cacheagent_loader_bytes_total", "Bytes of the batches loaders delivered.")
-	loaderPlans   = desc("cacheagent_loader_plans", "Announced plans whose loaders report their stats.")
-)
+// loaderPlans counts the plans whose loaders report.
+var loaderPlans = desc("cacheagent_loader_plans", "Announced plans whose loaders report their stats.")
 
 // loaderCollector reads the loaders' reported totals at scrape time.
 type loaderCollector struct {
-	src func() LoaderStats
+	src func() (reporting int, totals stats.Loader)
 }
 
 func (c *loaderCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{loaderStall, loaderSamples, loaderBatches, loaderBytes, loaderPlans} {
-		ch <- d
-	}
+	describe(ch, loaderTable)
+	ch <- loaderPlans
 }
 
 func (c *loaderCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src == nil {
 		return
 	}
-	s := c.src()
-	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
-	}
-	counter(loaderStall, s.FetchSeconds, "fetch")
-	counter(loaderStall, s.PromoteSeconds, "promote")
-	counter(loaderStall, s.GatherSeconds, "gather")
-	counter(loaderStall, s.OtherSeconds, "other")
-	counter(loaderSamples, float64(s.Samples))
-	counter(loaderBatches, float64(s.Batches))
-	counter(loaderBytes, float64(s.Bytes))
-	ch <- prometheus.MustNewConstMetric(loaderPlans, prometheus.GaugeValue, float64(s.Plans))
+	n, totals := c.src()
+	collect(ch, loaderTable, totals)
+	ch <- prometheus.MustNewConstMetric(loaderPlans, prometheus.GaugeValue, float64(n))
 }

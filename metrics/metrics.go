@@ -1,7 +1,9 @@
 // Package metrics exposes the daemon's state to Prometheus: collectors that
-// read the cache's and the downloader's counters at scrape time (nothing is
-// counted twice), a fetch latency histogram from a Downloader wrapper, and
-// an HTTP handler for /metrics, /healthz and /readyz.
+// read the cache's and the downloader's counters (package stats) at scrape
+// time (nothing is counted twice), a fetch latency histogram from a
+// Downloader wrapper, and an HTTP handler for /metrics, /healthz and
+// /readyz. Each stats type has one table of series (name, help, kind and
+// how to read the value): exporting a new figure is one row.
 //
 // Every series is named cacheagent_*; see docs/operations.md for the list.
 // Metrics is safe for concurrent use.
@@ -17,37 +19,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 )
-
-// TierStats is one tier's usage and counters at scrape time.
-type TierStats struct {
-	// Tier is the tier's name: disk or shm.
-	Tier string
-	// Objects is the number of cached objects.
-	Objects int64
-	// UsedBytes, MaxBytes, PinnedBytes, ReservedBytes, InUseBytes and
-	// PendingBytes are the tier's space, in filesystem blocks.
-	UsedBytes, MaxBytes, PinnedBytes, ReservedBytes, InUseBytes, PendingBytes int64
-	// Hits (opens the tier served), Misses (opens it could not serve),
-	// Evictions, Fills, BytesFetched, Revalidations and Damaged (copies
-	// dropped because their file changed behind the cache's back) are
-	// cumulative counters.
-	Hits, Misses, Evictions, Fills, BytesFetched, Revalidations, Damaged int64
-	// Promotions counts copies into this tier from a slower one and
-	// PromotionsSkipped those that did not fit; valid only if
-	// HasPromotions.
-	Promotions, PromotionsSkipped int64
-	HasPromotions                 bool
-}
 
 // Sources are read at every scrape. Nil fields export nothing.
 type Sources struct {
-	// Tiers returns every tier's stats.
-	Tiers func() []TierStats
-	// Fetch returns the downloader's counters.
-	Fetch func() fetch.Stats
-	// Connections returns the downloader's connection budget.
-	Connections func() int
+	// Tiers returns the cache's tiers' stats.
+	Tiers func() stats.Cache
+	// Fetch returns the downloader's stats.
+	Fetch func() stats.Fetch
 	// Pending returns the objects that prefetch jobs have yet to finish, by
 	// priority.
 	Pending func() map[fetch.Priority]int
@@ -56,36 +36,10 @@ type Sources struct {
 	// Jobs returns the number of jobs by state.
 	Jobs func() map[string]int
 	// Plans returns the announced plans' figures.
-	Plans func() PlanStats
-	// Loaders returns the totals that loaders reported through their
-	// plans.
-	Loaders func() LoaderStats
-}
-
-// LoaderStats sums what the loaders reporting to the daemon delivered and
-// how long they stalled, since the daemon started.
-type LoaderStats struct {
-	// Plans counts the announced plans whose loaders report.
-	Plans int
-	// Batches, Samples and Bytes count what the loaders delivered.
-	Batches, Samples, Bytes int64
-	// FetchSeconds, PromoteSeconds, GatherSeconds and OtherSeconds are the
-	// time the loaders' consumers waited for a batch, by what it waited
-	// for (see loader.Stats).
-	FetchSeconds, PromoteSeconds, GatherSeconds, OtherSeconds float64
-}
-
-// PlanStats describes the announced access plans and the cache's planner
-// at scrape time (see tier.PlanStats).
-type PlanStats struct {
-	// Plans and Objects count the plans and the distinct objects in them.
-	Plans, Objects int
-	// Prefetched and PrefetchedBytes count what the planner fetched ahead
-	// of readers.
-	Prefetched, PrefetchedBytes int64
-	// FetchRate and ConsumeRate are bytes per second; Lookahead bytes.
-	FetchRate, ConsumeRate float64
-	Lookahead              int64
+	Plans func() stats.Plan
+	// Loaders returns the number of plans whose loaders report their
+	// stats, and the totals they reported.
+	Loaders func() (reporting int, totals stats.Loader)
 }
 
 // Metrics is the daemon's registry. Create it with New.
@@ -128,9 +82,9 @@ func New(version string, src Sources) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		build, m.fetches, m.requests, m.reloads,
 		&tierCollector{src: src.Tiers},
-		&fetchCollector{src: src},
+		&tableCollector[stats.Fetch]{read: src.Fetch, table: fetchTable},
 		&queueCollector{src: src, inflight: m.inflight},
-		&planCollector{src: src.Plans},
+		&tableCollector[stats.Plan]{read: src.Plans, table: planTable},
 		&loaderCollector{src: src.Loaders},
 	)
 	return m

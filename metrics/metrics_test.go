@@ -7,10 +7,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // fakeDownloader fails objects named "bad".
@@ -24,38 +28,23 @@ func (fakeDownloader) Fetch(_ context.Context, a fetch.Attrs, _ io.WriterAt, _ *
 }
 
 func TestMetrics(t *testing.T) {
-	var fs fetch.Stats
-	fs.Retries[fetch.CauseStall] = 3
-	fs.Bytes = 42
-	m := New("v1", Sources{
-		Tiers: func() []TierStats {
-			return []TierStats{{Tier: "disk", Objects: 2, UsedBytes: 8192}, {Tier: "shm", Promotions: 5, HasPromotions: true}}
-		},
-		Fetch:       func() fetch.Stats { return fs },
-		Connections: func() int { return 64 },
-		Pending:     func() map[fetch.Priority]int { return map[fetch.Priority]int{fetch.Warm: 7} },
-		Leases:      func() (int, int) { return 1, 4 },
-		Jobs:        func() map[string]int { return map[string]int{"running": 1} },
-		Loaders: func() LoaderStats {
-			return LoaderStats{Plans: 2, Batches: 3, Samples: 96, Bytes: 4096, FetchSeconds: 1.5, OtherSeconds: 0.25}
-		},
-	})
-	d := m.WrapDownloader(fakeDownloader{})
-	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))
-	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "bad"}}, nil, nil)
-	m.ObserveRequest("GET /v1/status", 200)
-	m.ObserveReload(nil)
-
-	srv := httptest.NewServer(m.Handler(func() bool { return false }))
-	defer srv.Close()
+	srv := newTestServer(t)
 	body := get(t, srv.URL+"/metrics", http.StatusOK)
 	for _, want := range []string{
 		`cacheagent_tier_objects{tier="disk"} 2`,
 		`cacheagent_tier_bytes{tier="disk"} 8192`,
+		`cacheagent_tier_hits_total{tier="shm"} 3`,
 		`cacheagent_tier_promotions_total{tier="shm"} 5`,
+		`cacheagent_tier_promotions_skipped_total{tier="shm"} 1`,
 		`cacheagent_fetch_retries_total{cause="stall"} 3`,
+		`cacheagent_fetch_retries_total{cause="throttled"} 0`,
 		`cacheagent_fetch_bytes_total 42`,
+		`cacheagent_fetch_objects_total{result="ok"} 5`,
+		`cacheagent_fetch_objects_total{result="error"} 1`,
 		`cacheagent_fetch_connections_limit 64`,
+		`cacheagent_fetch_waiting_slices 2`,
+		`cacheagent_fetch_small_waiting 1`,
+		`cacheagent_plan_lookahead_bytes 1024`,
 		`cacheagent_fetch_duration_seconds_count{priority="demand",result="ok"} 1`,
 		`cacheagent_fetch_duration_seconds_count{priority="warm",result="error"} 1`,
 		`cacheagent_fetch_inflight{priority="demand"} 0`,
@@ -82,6 +71,96 @@ func TestMetrics(t *testing.T) {
 	}
 	get(t, srv.URL+"/healthz", http.StatusOK)
 	get(t, srv.URL+"/readyz", http.StatusServiceUnavailable)
+}
+
+// newTestServer serves the metrics of fake sources, every one set, after
+// two downloads, a request and a reload, so that every series appears.
+func newTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	fs := stats.Fetch{Connections: 64, Bytes: 42, Objects: 5, Failures: 1, WaitingSlices: 3, SmallWaiting: 1,
+		Retries: map[string]int64{fetch.CauseStall.String(): 3}}
+	m := New("v1", Sources{
+		Tiers: func() stats.Cache {
+			return stats.Cache{Tiers: []stats.Tier{
+				{Name: "shm", Hits: 3, Promotions: 5, PromotionsSkipped: 1},
+				{Name: "disk", Entries: 2, UsedBytes: 8192}}}
+		},
+		Fetch:   func() stats.Fetch { return fs },
+		Pending: func() map[fetch.Priority]int { return map[fetch.Priority]int{fetch.Warm: 7} },
+		Leases:  func() (int, int) { return 1, 4 },
+		Jobs:    func() map[string]int { return map[string]int{"running": 1} },
+		Plans:   func() stats.Plan { return stats.Plan{Plans: 1, Lookahead: 1024} },
+		Loaders: func() (int, stats.Loader) {
+			return 2, stats.Loader{Batches: 3, Samples: 96, Bytes: 4096, WaitFetch: 1500 * time.Millisecond,
+				WaitOther: 250 * time.Millisecond}
+		},
+	})
+	d := m.WrapDownloader(fakeDownloader{})
+	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))
+	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "bad"}}, nil, nil)
+	m.ObserveRequest("GET /v1/status", 200)
+	m.ObserveReload(nil)
+	srv := httptest.NewServer(m.Handler(func() bool { return false }))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestDocumentedMetrics checks that every series docs/operations.md lists
+// is exported, and that every cacheagent series exported is listed. In
+// the table, a name starting with "_" continues its row's first name's
+// prefix: `cacheagent_tier_pinned_bytes`, `_reserved_bytes` is
+// cacheagent_tier_reserved_bytes.
+func TestDocumentedMetrics(t *testing.T) {
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := documentedMetrics(string(doc))
+	if len(documented) < 40 {
+		t.Fatalf("found %d metric names in docs/operations.md; the table's format changed?", len(documented))
+	}
+	body := get(t, newTestServer(t).URL+"/metrics", http.StatusOK)
+	exported := make(map[string]bool)
+	for line := range strings.Lines(body) {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "#" && f[1] == "TYPE" {
+			exported[f[2]] = true
+		}
+	}
+	for _, name := range documented {
+		if !exported[name] {
+			t.Errorf("documented metric %s is not exported", name)
+		}
+	}
+	for name := range exported {
+		if strings.HasPrefix(name, "cacheagent_") && !slices.Contains(documented, name) {
+			t.Errorf("exported metric %s is not documented in docs/operations.md", name)
+		}
+	}
+}
+
+// documentedMetrics returns the cacheagent_* names in the first column of
+// the metrics table of docs/operations.md.
+func documentedMetrics(doc string) []string {
+	var names []string
+	for line := range strings.Lines(doc) {
+		cols := strings.Split(line, "|")
+		if len(cols) < 3 || !strings.Contains(cols[1], "`cacheagent_") {
+			continue
+		}
+		prefix := ""
+		for _, n := range strings.Split(cols[1], ",") {
+			n = strings.Trim(strings.TrimSpace(n), "`")
+			switch {
+			case strings.HasPrefix(n, "cacheagent_"):
+				parts := strings.SplitN(n, "_", 3)
+				prefix = parts[0] + "_" + parts[1]
+				names = append(names, n)
+			case strings.HasPrefix(n, "_") && prefix != "":
+				names = append(names, prefix+n)
+			}
+		}
+	}
+	return names
 }
 
 func get(t *testing.T, url string, want int) string {

@@ -65,7 +65,7 @@ func TestConfigValidation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := c.Stats().MaxBytes, int64(float64(fsi.size)*0.9); got > want || got < want-fsi.blockSize {
+		if got, want := c.Stats().Base().MaxBytes, int64(float64(fsi.size)*0.9); got > want || got < want-fsi.blockSize {
 			t.Errorf("MaxBytes = %d; want 90%% of %d", got, fsi.size)
 		}
 		if c.cfg.revalidate != DefaultRevalidate || c.cfg.parallelism != DefaultPrefetchParallelism {
@@ -74,7 +74,7 @@ func TestConfigValidation(t *testing.T) {
 		if c.cfg.promoteHits != DefaultPromoteHits || c.cfg.promoteWindow != DefaultPromoteWindow {
 			t.Errorf("promote hits, window = %d, %v; want defaults", c.cfg.promoteHits, c.cfg.promoteWindow)
 		}
-		if c.hot != nil || c.Stats().Tier != Disk {
+		if c.hot != nil || c.Stats().Base().Name != string(Disk) {
 			t.Errorf("a cache without ShmDir has a shm tier")
 		}
 	})
@@ -96,7 +96,7 @@ func TestMissThenHit(t *testing.T) {
 	if n := env.dl.calls.Load(); n != 1 {
 		t.Errorf("downloads = %d; want 1", n)
 	}
-	st := c.Stats()
+	st := c.Stats().Base()
 	if st.Hits != 2 || st.Misses != 1 || st.Fills != 1 || st.BytesFetched != a.Size || st.Entries != 1 {
 		t.Errorf("Stats() = %+v; want 2 hits, 1 miss, 1 fill of %d bytes, 1 entry", st, a.Size)
 	}
@@ -126,7 +126,7 @@ func TestEmptyObject(t *testing.T) {
 	c := openCache(t, env.config(t.TempDir(), 1<<20))
 	openRead(t, c, obj("bkt", "empty"), nil)
 	openRead(t, c, obj("bkt", "empty"), nil)
-	if st := c.Stats(); st.Entries != 1 || st.Hits != 1 {
+	if st := c.Stats().Base(); st.Entries != 1 || st.Hits != 1 {
 		t.Errorf("Stats() = %+v; want 1 entry, 1 hit", st)
 	}
 }

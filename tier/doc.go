@@ -125,7 +125,7 @@
 //
 // A copy that leaves the cache while handles use it (Evict, Demote, a newer
 // generation, a damaged file) stays on disk until its last handle closes,
-// then is deleted; Stats.PendingBytes and ShmPendingBytes count that space.
+// then is deleted; each tier's PendingBytes (see Stats) counts that space.
 // Its handles become stale. Evicted, demoted and damaged copies are doomed:
 // no new handle is given on them, even for their exact generation; the next
 // Open fetches (or promotes) the object again, and the fresh copy is renamed

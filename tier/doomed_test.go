@@ -29,7 +29,7 @@ func TestEvictInUseIsPending(t *testing.T) {
 			if _, ok := c.Lookup("bkt", "obj"); ok {
 				t.Errorf("an evicted entry is still cached")
 			}
-			st := c.Stats()
+			st := c.Stats().Base()
 			if st.Entries != 0 || st.PendingBytes == 0 || st.PendingBytes != st.UsedBytes {
 				t.Errorf("Stats() = %+v; want no entries and the open file's blocks pending", st)
 			}
@@ -48,7 +48,7 @@ func TestEvictInUseIsPending(t *testing.T) {
 					t.Errorf("evicted file after its last Close: %v; want it gone", err)
 				}
 			}
-			if st := c.Stats(); st.PendingBytes != 0 {
+			if st := c.Stats().Base(); st.PendingBytes != 0 {
 				t.Errorf("PendingBytes = %d after the last Close; want 0", st.PendingBytes)
 			}
 			checkIndexMatchesFiles(t, c)
@@ -97,8 +97,8 @@ func TestEvictAndDemoteWithShm(t *testing.T) {
 	if want := (EvictResult{Pending: 1}); res != want || err != nil {
 		t.Fatalf("Demote of an open shm copy = %+v, %v; want %+v", res, err, want)
 	}
-	if st := c.Stats(); st.ShmPendingBytes == 0 || st.ShmEntries != 0 {
-		t.Errorf("Stats() = %+v; want the open shm copy pending", st)
+	if _, sh := statsOf(c); sh.PendingBytes == 0 || sh.Entries != 0 {
+		t.Errorf("shm stats = %+v; want the open shm copy pending", sh)
 	}
 	hd := openHandle(t, c, obj("bkt", "obj"), data, Disk) // not the doomed shm copy
 	hd.Close()
@@ -118,8 +118,8 @@ func TestEvictAndDemoteWithShm(t *testing.T) {
 	if files := shmFiles(t, c.hot.lay.root); len(files) != 0 {
 		t.Errorf("shm files after Evict and the last Close = %q; want none", files)
 	}
-	if st := c.Stats(); st.ShmPendingBytes != 0 || st.ShmUsedBytes != 0 || st.UsedBytes != 0 {
-		t.Errorf("Stats() = %+v; want nothing left", st)
+	if st, sh := statsOf(c); sh.PendingBytes != 0 || sh.UsedBytes != 0 || st.UsedBytes != 0 {
+		t.Errorf("Stats() = %+v, shm %+v; want nothing left", st, sh)
 	}
 	checkInvariants(t, c)
 }

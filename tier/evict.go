@@ -12,7 +12,7 @@ type EvictResult struct {
 	// Pending counts copies in use: they left the cache at once (no new
 	// handle is given on them; the next Open fetches or promotes the
 	// object again) and their files are deleted when their last handle
-	// closes. Stats.PendingBytes (ShmPendingBytes) counts their space.
+	// closes. The tier's PendingBytes (see Stats) counts their space.
 	Pending int
 	// Skipped counts pinned copies (pinned hot, for Demote), left alone.
 	Skipped int

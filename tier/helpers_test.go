@@ -17,6 +17,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // countingDownloader wraps the real downloader, counting Fetch calls and
@@ -269,3 +270,11 @@ func hasPrefixAny(s string, prefixes ...string) bool {
 // newDirEnvLogger is the logger tests give badger when they open an index
 // directly.
 func newDirEnvLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// statsOf returns c's base tier's figures and its shm tier's (zero
+// without one).
+func statsOf(c *Cache) (base, shm stats.Tier) {
+	s := c.Stats()
+	shm, _ = s.Shm()
+	return s.Base(), shm
+}

@@ -153,7 +153,7 @@ func (c *Cache) promoteQueued(e *entry) {
 	c.mu.Unlock()
 	switch {
 	case err == nil || errors.Is(err, ErrClosed) || errors.Is(err, context.Canceled):
-	case errors.Is(err, ErrNoSpace): // counted in Stats.PromotionsSkipped
+	case errors.Is(err, ErrNoSpace): // counted in the shm tier's PromotionsSkipped (Stats)
 		c.cfg.log.Debug("tier: promotion skipped", "object", e.attrs().Object.String(), "err", err)
 	default:
 		c.cfg.log.Warn("tier: promotion failed", "object", e.attrs().Object.String(), "err", err)

@@ -62,11 +62,11 @@ func TestLRUEvictionOrder(t *testing.T) {
 		if got := cached(c); !slices.Equal(got, s.want) {
 			t.Fatalf("step %d (open %s): cached = %q; want %q", i, s.open, got, s.want)
 		}
-		if st := c.Stats(); st.UsedBytes > st.MaxBytes {
+		if st := c.Stats().Base(); st.UsedBytes > st.MaxBytes {
 			t.Fatalf("step %d: UsedBytes %d > MaxBytes %d", i, st.UsedBytes, st.MaxBytes)
 		}
 	}
-	if st := c.Stats(); st.Evictions != 3 {
+	if st := c.Stats().Base(); st.Evictions != 3 {
 		t.Errorf("Evictions = %d; want 3", st.Evictions)
 	}
 	if n := len(dataFiles(t, dir)); n != 3 {
@@ -112,7 +112,7 @@ func TestPinnedAndInUseNeverEvicted(t *testing.T) {
 	if msg := err.Error(); !strings.Contains(msg, "pinned") || !strings.Contains(msg, "in use") {
 		t.Errorf("error %q does not say what holds the space", msg)
 	}
-	if st := c.Stats(); st.PinnedBytes != size || st.InUseBytes != 2*size || st.ReservedBytes != 0 {
+	if st := c.Stats().Base(); st.PinnedBytes != size || st.InUseBytes != 2*size || st.ReservedBytes != 0 {
 		t.Errorf("Stats() = %+v; want %d pinned, %d in use, 0 reserved", st, size, 2*size)
 	}
 	checkHandle(t, hb, data["b"])
@@ -146,7 +146,7 @@ func TestObjectLargerThanBudget(t *testing.T) {
 	if files := dataFiles(t, dir); len(files) != 0 {
 		t.Errorf("data files = %q; want none", files)
 	}
-	if st := c.Stats(); st.ReservedBytes != 0 || st.UsedBytes != 0 {
+	if st := c.Stats().Base(); st.ReservedBytes != 0 || st.UsedBytes != 0 {
 		t.Errorf("Stats() = %+v; want nothing used or reserved", st)
 	}
 }
@@ -175,7 +175,7 @@ func TestPrefetchTwiceTheBudgetStaysWithin(t *testing.T) {
 		defer mu.Unlock()
 		calls++
 		last = p
-		if st := c.Stats(); st.UsedBytes+st.ReservedBytes > st.MaxBytes {
+		if st := c.Stats().Base(); st.UsedBytes+st.ReservedBytes > st.MaxBytes {
 			over = append(over, fmt.Sprintf("used %d + reserved %d > %d", st.UsedBytes, st.ReservedBytes, st.MaxBytes))
 		}
 	}
@@ -194,7 +194,7 @@ func TestPrefetchTwiceTheBudgetStaysWithin(t *testing.T) {
 	if last != want || calls != n+1 {
 		t.Errorf("last progress = %+v after %d calls; want %+v after %d", last, calls, want, n+1)
 	}
-	st := c.Stats()
+	st := c.Stats().Base()
 	if st.Entries != n/2 || st.Evictions != n/2 || st.UsedBytes != budget {
 		t.Errorf("Stats() = %+v; want %d entries, %d evictions, %d used", st, n/2, n/2, budget)
 	}
@@ -300,7 +300,7 @@ func TestSetMaxBytes(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) {
 		t.Errorf("SetMaxBytes below the pinned bytes = %v; want ErrNoSpace", err)
 	}
-	if st := c.Stats(); st.MaxBytes != size/2 || st.UsedBytes != size {
+	if st := c.Stats().Base(); st.MaxBytes != size/2 || st.UsedBytes != size {
 		t.Errorf("Stats() = %+v; want max %d, used %d (the pinned entry)", st, size/2, size)
 	}
 	if err := c.SetMaxBytes(ctx, -1); err == nil {
@@ -335,7 +335,7 @@ func TestSetShmMaxBytes(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) {
 		t.Errorf("SetShmMaxBytes below the in-use copy = %v; want ErrNoSpace", err)
 	}
-	if st := c.Stats(); st.ShmMaxBytes != objSize/2 || tierOf(c, "bkt", "c") != Shm || tierOf(c, "bkt", "b") != Disk {
+	if _, st := statsOf(c); st.MaxBytes != objSize/2 || tierOf(c, "bkt", "c") != Shm || tierOf(c, "bkt", "b") != Disk {
 		t.Errorf("after shrinking below c's in-use copy: %+v, b in %s, c in %s; want b demoted, c kept",
 			st, tierOf(c, "bkt", "b"), tierOf(c, "bkt", "c"))
 	}

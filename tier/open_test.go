@@ -91,7 +91,7 @@ func TestRevalidation(t *testing.T) {
 	if a := openRead(t, c, obj("bkt", "obj"), v1); a.Generation != gen1 {
 		t.Errorf("generation = %d; want the cached %d", a.Generation, gen1)
 	}
-	if st := c.Stats(); st.Revalidations != 0 || env.dl.calls.Load() != 1 {
+	if st := c.Stats().Base(); st.Revalidations != 0 || env.dl.calls.Load() != 1 {
 		t.Errorf("revalidations, downloads = %d, %d; want 0, 1", st.Revalidations, env.dl.calls.Load())
 	}
 	// Past the revalidation interval: the new generation replaces it.
@@ -119,9 +119,9 @@ func TestRevalidation(t *testing.T) {
 		t.Errorf("data files = %d; want 1", n)
 	}
 	// Same generation: confirmed without a download.
-	before := c.Stats()
+	before := c.Stats().Base()
 	openRead(t, c, obj("bkt", "obj"), v2, WithRevalidate(0))
-	after := c.Stats()
+	after := c.Stats().Base()
 	if after.Revalidations != before.Revalidations+1 || after.Fills != before.Fills {
 		t.Errorf("revalidation of an unchanged object: %+v -> %+v; want one more revalidation, no fill", before, after)
 	}
@@ -268,7 +268,7 @@ func TestConcurrentOpensShareOneDownload(t *testing.T) {
 	if calls, gets := env.dl.calls.Load(), env.srv.MediaGETs(); calls != 1 || gets != 1 {
 		t.Errorf("downloads, media GETs = %d, %d; want 1, 1", calls, gets)
 	}
-	if st := c.Stats(); st.Fills != 1 {
+	if st := c.Stats().Base(); st.Fills != 1 {
 		t.Errorf("Fills = %d; want 1", st.Fills)
 	}
 	checkInvariants(t, c)

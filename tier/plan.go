@@ -8,6 +8,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/plan"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Access plans make the cache clairvoyant (see the package documentation,
@@ -62,7 +63,7 @@ type plans struct {
 	meterAt time.Time                // start of the span the fetch meter has not seen yet
 	meterN  int64                    // bytes fetched in that span
 	consume plan.Meter               // bytes per second readers advance through plans
-	stats   PlanStats                // counters
+	stats   stats.Plan               // counters
 	cands   []plan.Candidate[string] // scratch for victimsLocked
 	ents    []*entry                 // scratch: the entries cands tag
 }
@@ -80,23 +81,6 @@ type planned struct {
 	obj  fetch.Object
 	refs int
 	size int64
-}
-
-// PlanStats describes the announced plans and what the planner did.
-type PlanStats struct {
-	// Plans is the number of announced plans; Objects the distinct
-	// objects they hold.
-	Plans, Objects int
-	// Prefetched counts the objects the planner fetched ahead of readers,
-	// PrefetchedBytes their bytes.
-	Prefetched, PrefetchedBytes int64
-	// FetchRate and ConsumeRate are the measured rates, in bytes per
-	// second, of the planner's fetches and of readers advancing through
-	// their plans (0: not measured yet).
-	FetchRate, ConsumeRate float64
-	// Lookahead is how many bytes ahead of the readers the planner last
-	// aimed to hold.
-	Lookahead int64
 }
 
 // newPlans returns the state of a cache without plans.
@@ -267,7 +251,7 @@ func (p *plans) avgSize() int64 {
 }
 
 // PlanStats returns a snapshot of the plans and the planner's counters.
-func (c *Cache) PlanStats() PlanStats {
+func (c *Cache) PlanStats() stats.Plan {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.plans

@@ -156,7 +156,7 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 		st.FetchRate <= 0 || st.ConsumeRate <= 0 || st.Lookahead < objSize {
 		t.Errorf("PlanStats = %+v", st)
 	}
-	if c.Stats().Misses != 0 {
+	if c.Stats().Misses() != 0 {
 		t.Errorf("the planner's prefetches counted as misses")
 	}
 	checkInvariants(t, c)

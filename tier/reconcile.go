@@ -66,11 +66,13 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	if c.hot != nil {
 		c.trimHot()
 	}
-	st := c.Stats()
+	all := c.Stats()
+	st := all.Base()
+	shm, _ := all.Shm() // zero without a shm tier
 	c.cfg.log.Info("tier: cache opened", "dir", c.base.lay.root, "tier", c.base.name, "entries", st.Entries,
 		"used", st.UsedBytes, "max", st.MaxBytes, "temp_removed", temps, "orphans_removed", orphans,
 		"records_dropped", len(drop), "evicted_over_budget", st.Evictions,
-		"shm_entries", st.ShmEntries, "shm_used", st.ShmUsedBytes, "shm_temp_removed", hot.temps,
+		"shm_entries", shm.Entries, "shm_used", shm.UsedBytes, "shm_temp_removed", hot.temps,
 		"shm_orphans_removed", hot.orphans, "shm_copies_lost", hot.lost,
 		"took", time.Since(start).Round(time.Millisecond))
 	if over > 0 {

@@ -59,12 +59,16 @@ func TestPromoteAfterHits(t *testing.T) {
 	if h3.Stale() {
 		t.Errorf("fresh shm handle is stale")
 	}
-	st := c.Stats()
-	if st.Promotions != 1 || st.ShmEntries != 1 || st.ShmHits != 1 || st.Hits != 2 || st.Misses != 1 {
-		t.Errorf("Stats() = %+v; want 1 promotion, 1 shm entry, 1 shm hit of 2 hits, 1 miss", st)
+	all := c.Stats()
+	st, sh := statsOf(c)
+	if sh.Promotions != 1 || sh.Entries != 1 || sh.Hits != 1 || all.Hits() != 2 || all.Misses() != 1 {
+		t.Errorf("Stats() = %+v; want 1 promotion, 1 shm entry, 1 shm hit of 2 hits, 1 miss", all)
 	}
-	if want := roundUp(int64(len(data)), c.hot.bsize); st.ShmUsedBytes != want || st.ShmInUseBytes != want {
-		t.Errorf("ShmUsedBytes, ShmInUseBytes = %d, %d; want %d", st.ShmUsedBytes, st.ShmInUseBytes, want)
+	if st.Hits != 1 || sh.Misses != 2 || sh.HitRatio != 1.0/3 {
+		t.Errorf("hits by tier: disk %d, shm %d of %d; want 1, 1 of 3", st.Hits, sh.Hits, sh.Hits+sh.Misses)
+	}
+	if want := roundUp(int64(len(data)), c.hot.bsize); sh.UsedBytes != want || sh.InUseBytes != want {
+		t.Errorf("shm UsedBytes, InUseBytes = %d, %d; want %d", sh.UsedBytes, sh.InUseBytes, want)
 	}
 	if calls, after := env.dl.calls.Load(), env.srv.MediaGETs(); calls != 1 || after != gets {
 		t.Errorf("downloads, media GETs = %d, %d; want 1, %d (promotion reads the disk copy)", calls, after, gets)
@@ -81,8 +85,8 @@ func TestShmDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Stats().ShmMaxBytes; got != budgetOf(fsi, 0.25) {
-		t.Errorf("ShmMaxBytes = %d; want a quarter of %d", got, fsi.size)
+	if _, sh := statsOf(c); sh.MaxBytes != budgetOf(fsi, 0.25) {
+		t.Errorf("shm MaxBytes = %d; want a quarter of %d", sh.MaxBytes, fsi.size)
 	}
 	// The shm directory is locked too.
 	other := env.config(t.TempDir(), 0)
@@ -169,16 +173,16 @@ func TestPromoteDemotePinHot(t *testing.T) {
 	}
 	res, err = c.Demote(ctx, "bkt", "p/")
 	expect("Demote(p/) of hot pins", res.Skipped, err, 2, "p/a:shm", "p/b:shm", "q/c:disk")
-	if st := c.Stats(); st.ShmPinnedBytes != st.ShmUsedBytes || st.ShmPinnedBytes == 0 {
-		t.Errorf("ShmPinnedBytes = %d; want all of ShmUsedBytes %d", st.ShmPinnedBytes, st.ShmUsedBytes)
+	if _, sh := statsOf(c); sh.PinnedBytes != sh.UsedBytes || sh.PinnedBytes == 0 {
+		t.Errorf("shm PinnedBytes = %d; want all of UsedBytes %d", sh.PinnedBytes, sh.UsedBytes)
 	}
 	n, err = c.Unpin(ctx, "bkt", "p/")
 	expect("Unpin(p/)", n, err, 2, "p/a:shm", "p/b:shm", "q/c:disk")
 	res, err = c.Demote(ctx, "bkt", "")
 	expect("Demote(all)", res.Evicted, err, 2, "p/a:disk", "p/b:disk", "q/c:disk")
-	st := c.Stats()
-	if st.Promotions != 3 || st.Demotions != 3 || st.ShmUsedBytes != 0 || st.ShmPinnedBytes != 0 {
-		t.Errorf("Stats() = %+v; want 3 promotions, 3 demotions, nothing left in shm", st)
+	_, sh := statsOf(c)
+	if sh.Promotions != 3 || sh.Evictions != 3 || sh.UsedBytes != 0 || sh.PinnedBytes != 0 {
+		t.Errorf("shm stats = %+v; want 3 promotions, 3 demotions, nothing left in shm", sh)
 	}
 	for name, want := range data {
 		openRead(t, c, obj("bkt", name), want)
@@ -225,8 +229,10 @@ func TestShmOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := c.Stats()
-	if st.Tier != Shm || st.Entries != 1 || st.MaxBytes != budgetOf(fsi, 0.25) || st.ShmMaxBytes != 0 {
+	all := c.Stats()
+	st := all.Base()
+	_, hasHot := all.Shm()
+	if st.Name != string(Shm) || st.Entries != 1 || st.MaxBytes != budgetOf(fsi, 0.25) || hasHot {
 		t.Errorf("Stats() = %+v; want tier shm, 1 entry, a quarter of the tmpfs, no hot tier", st)
 	}
 	if e, _ := c.Lookup("bkt", "obj"); e.Tier != Shm {
@@ -308,7 +314,7 @@ func TestShmRestartReadopts(t *testing.T) {
 	for name, b := range data {
 		openRead(t, c2, obj("bkt", name), b)
 	}
-	if st := c2.Stats(); st.Promotions != 0 || env.dl.calls.Load() != 5 {
+	if _, st := statsOf(c2); st.Promotions != 0 || env.dl.calls.Load() != 5 {
 		t.Errorf("promotions, downloads = %d, %d; want 0, 5 (all adopted)", st.Promotions, env.dl.calls.Load())
 	}
 	checkInvariants(t, c2)
@@ -398,9 +404,9 @@ func TestShmBudgetNeverEvictsInUse(t *testing.T) {
 	if err := promote("d", 0); !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Promote(d) with every shm copy in use = %v; want ErrNoSpace", err)
 	}
-	st := c.Stats()
-	if st.PromotionsSkipped != 1 || st.ShmInUseBytes != 2*size || st.ShmUsedBytes > st.ShmMaxBytes {
-		t.Errorf("Stats() = %+v; want 1 skipped promotion, %d bytes in use, within budget", st, 2*size)
+	_, sh := statsOf(c)
+	if sh.PromotionsSkipped != 1 || sh.InUseBytes != 2*size || sh.UsedBytes > sh.MaxBytes {
+		t.Errorf("shm stats = %+v; want 1 skipped promotion, %d bytes in use, within budget", sh, 2*size)
 	}
 	openRead(t, c, obj("bkt", "d"), data["d"]) // served from disk
 	ha.Close()
@@ -456,9 +462,9 @@ func TestShmFullSkipsPromotion(t *testing.T) {
 	if files := shmFiles(t, shm); len(files) != 0 {
 		t.Errorf("shm files = %q; want none", files)
 	}
-	st := c.Stats()
-	if st.PromotionsSkipped != 3 || st.ShmUsedBytes != 0 || st.ShmReservedBytes != 0 {
-		t.Errorf("Stats() = %+v; want 3 skipped promotions, nothing used or reserved in shm", st)
+	_, sh := statsOf(c)
+	if sh.PromotionsSkipped != 3 || sh.UsedBytes != 0 || sh.ReservedBytes != 0 {
+		t.Errorf("shm stats = %+v; want 3 skipped promotions, nothing used or reserved in shm", sh)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)

@@ -5,89 +5,43 @@ import (
 	"fmt"
 
 	"github.com/dustin/go-humanize"
+
+	"github.com/cacheagent/cacheagent/stats"
 )
 
-// Stats is a snapshot of the cache's usage and counters. The fields without
-// a Shm prefix describe the base tier, which holds every cached object (the
-// disk, or shm in shm-only mode: see Tier); the Shm fields describe the shm
-// tier above the disk tier, and are zero without one (and in shm-only mode).
-type Stats struct {
-	// Tier is the base tier: Disk, or Shm in shm-only mode.
-	Tier Kind
-	// Entries is the number of cached objects.
-	Entries int
-	// UsedBytes is the space cached files occupy (including dropped files
-	// kept alive by open handles), in filesystem blocks.
-	UsedBytes int64
-	// MaxBytes is the byte budget.
-	MaxBytes int64
-	// ReservedBytes is the space set aside by fills in progress.
-	ReservedBytes int64
-	// PinnedBytes is the space of pinned entries.
-	PinnedBytes int64
-	// InUseBytes is the space of unpinned entries with open handles,
-	// including the pending bytes.
-	InUseBytes int64
-	// PendingBytes is the space of files that left the cache while handles
-	// used them (evicted, replaced by a newer generation, or damaged): each
-	// is deleted, and its space freed, when its last handle closes.
-	PendingBytes int64
-	// Hits counts Opens served from the cache (either tier); Misses those
-	// that fetched.
-	Hits, Misses int64
-	// Revalidations counts Stats sent to the source for cached objects.
-	Revalidations int64
-	// Fills counts objects downloaded; BytesFetched their bytes.
-	Fills, BytesFetched int64
-	// Evictions counts entries removed to make room or by Evict.
-	Evictions int64
-	// Damaged counts copies dropped because their file was deleted, replaced,
-	// truncated or written to behind the cache's back.
-	Damaged int64
-
-	// ShmEntries is the number of objects with a copy in the shm tier.
-	ShmEntries int
-	// ShmUsedBytes, ShmMaxBytes, ShmReservedBytes, ShmPinnedBytes,
-	// ShmInUseBytes and ShmPendingBytes are the shm tier's figures, as above
-	// (pinned means pinned hot; reserved, set aside by promotions).
-	ShmUsedBytes, ShmMaxBytes, ShmReservedBytes, ShmPinnedBytes, ShmInUseBytes, ShmPendingBytes int64
-	// ShmHits counts the Hits served from the shm tier.
-	ShmHits int64
-	// Promotions counts copies made into the shm tier; PromotionsSkipped
-	// the promotions that did not fit (budget or tmpfs full); Demotions the
-	// shm copies dropped (to make room, by Demote, with their entry, or
-	// damaged).
-	Promotions, PromotionsSkipped, Demotions int64
-}
-
-// Stats returns a snapshot of usage and counters. It costs O(1), whatever
-// the number of entries: the tiers keep their figures as copies change.
-func (c *Cache) Stats() Stats {
+// Stats returns a snapshot of every tier's usage and counters, fastest
+// first: the shm tier above the disk tier, if there is one, then the base
+// tier, which holds every cached object (see stats.Cache). Hits are split
+// by the tier that served them. It costs O(1), whatever the number of
+// entries: the tiers keep their figures as copies change.
+func (c *Cache) Stats() stats.Cache {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.statsLocked()
 }
 
 // statsLocked is Stats with c.mu held.
-func (c *Cache) statsLocked() Stats {
-	b := c.base
-	_, inUse := b.fixedBytesLocked()
-	s := Stats{
-		Tier: b.name, Entries: len(c.entries), UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved,
-		PinnedBytes: b.pinnedBytes, InUseBytes: inUse, PendingBytes: b.pending,
-		Hits: c.stats.hits, Misses: c.stats.misses, Revalidations: c.stats.revalidations,
-		Fills: c.stats.fills, BytesFetched: c.stats.bytesFetched, Evictions: c.stats.evictions,
-		Damaged: c.stats.damaged,
+func (c *Cache) statsLocked() stats.Cache {
+	b, n := c.base, c.stats
+	base := stats.Tier{Name: string(b.name), Dir: c.cfg.dir, Entries: int64(len(c.entries)),
+		UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved, PinnedBytes: b.pinnedBytes,
+		PendingBytes: b.pending, Hits: n.hits - n.shmHits, Misses: n.misses, Revalidations: n.revalidations,
+		Fills: n.fills, BytesFetched: n.bytesFetched, Evictions: n.evictions, Damaged: n.damaged}
+	_, base.InUseBytes = b.fixedBytesLocked()
+	base.SetHitRatio()
+	h := c.hot
+	if h == nil {
+		return stats.Cache{Tiers: []stats.Tier{base}}
 	}
-	if h := c.hot; h != nil {
-		s.ShmEntries = h.copies
-		_, s.ShmInUseBytes = h.fixedBytesLocked()
-		s.ShmUsedBytes, s.ShmMaxBytes, s.ShmReservedBytes = h.used, h.maxBytes, h.reserved
-		s.ShmPinnedBytes, s.ShmPendingBytes = h.pinnedBytes, h.pending
-		s.ShmHits, s.Promotions = c.stats.shmHits, c.stats.promotions
-		s.PromotionsSkipped, s.Demotions = c.stats.promoteSkips, c.stats.demotions
-	}
-	return s
+	// Every open the shm tier did not serve, the base tier served or
+	// fetched.
+	shm := stats.Tier{Name: string(h.name), Dir: c.cfg.shmDir, Entries: int64(h.copies),
+		UsedBytes: h.used, MaxBytes: h.maxBytes, ReservedBytes: h.reserved, PinnedBytes: h.pinnedBytes,
+		PendingBytes: h.pending, Hits: n.shmHits, Misses: n.hits - n.shmHits + n.misses,
+		Evictions: n.demotions, Promotions: n.promotions, PromotionsSkipped: n.promoteSkips}
+	_, shm.InUseBytes = h.fixedBytesLocked()
+	shm.SetHitRatio()
+	return stats.Cache{Tiers: []stats.Tier{shm, base}}
 }
 
 // SetMaxBytes changes the base tier's byte budget (n > 0; 0 means the

@@ -10,27 +10,28 @@ import (
 	"testing"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // recountLocked computes, by walking every entry and zombie, the figures
-// of Stats that the stores keep incrementally: what Stats cost O(n) for
-// before.
-func recountLocked(c *Cache) Stats {
-	s := Stats{Entries: len(c.entries)}
+// of Stats that the stores keep incrementally (what Stats cost O(n) for
+// before): the base tier's and the shm tier's (zero without one).
+func recountLocked(c *Cache) (base, shm stats.Tier) {
+	base.Entries = int64(len(c.entries))
 	for _, e := range c.entries {
 		switch {
 		case e.rec.pinned:
-			s.PinnedBytes += e.rec.blocks
+			base.PinnedBytes += e.rec.blocks
 		case e.inUseLocked():
-			s.InUseBytes += e.rec.blocks
+			base.InUseBytes += e.rec.blocks
 		}
 		if h := e.hot; h != nil {
-			s.ShmEntries++
+			shm.Entries++
 			switch {
 			case e.rec.hotPin:
-				s.ShmPinnedBytes += h.rec.blocks
+				shm.PinnedBytes += h.rec.blocks
 			case h.refs > 0:
-				s.ShmInUseBytes += h.rec.blocks
+				shm.InUseBytes += h.rec.blocks
 			}
 		}
 	}
@@ -44,13 +45,13 @@ func recountLocked(c *Cache) Stats {
 		}
 		return n
 	}
-	s.PendingBytes = pending(c.base)
-	s.InUseBytes += s.PendingBytes
+	base.PendingBytes = pending(c.base)
+	base.InUseBytes += base.PendingBytes
 	if c.hot != nil {
-		s.ShmPendingBytes = pending(c.hot)
-		s.ShmInUseBytes += s.ShmPendingBytes
+		shm.PendingBytes = pending(c.hot)
+		shm.InUseBytes += shm.PendingBytes
 	}
-	return s
+	return base, shm
 }
 
 // checkCounters fails the test unless Stats equals a full recount (and the
@@ -58,22 +59,24 @@ func recountLocked(c *Cache) Stats {
 func checkCounters(t *testing.T, c *Cache, after string) {
 	t.Helper()
 	c.mu.Lock()
-	got, want := c.statsLocked(), recountLocked(c)
+	got := c.statsLocked()
+	wantBase, wantShm := recountLocked(c)
 	err := c.checkInvariantsLocked()
 	c.mu.Unlock()
 	if err != nil {
 		t.Fatalf("after %s: invariants: %v", after, err)
 	}
 	type figures struct {
-		entries, shmEntries                                     int
-		pinned, inUse, pending, shmPinned, shmInUse, shmPending int64
+		entries                int64
+		pinned, inUse, pending int64
 	}
-	of := func(s Stats) figures {
-		return figures{s.Entries, s.ShmEntries, s.PinnedBytes, s.InUseBytes, s.PendingBytes,
-			s.ShmPinnedBytes, s.ShmInUseBytes, s.ShmPendingBytes}
+	of := func(s stats.Tier) figures {
+		return figures{s.Entries, s.PinnedBytes, s.InUseBytes, s.PendingBytes}
 	}
-	if of(got) != of(want) {
-		t.Fatalf("after %s: Stats() = %+v; a recount gives %+v", after, of(got), of(want))
+	gotShm, _ := got.Shm()
+	if of(got.Base()) != of(wantBase) || of(gotShm) != of(wantShm) {
+		t.Fatalf("after %s: Stats() = %+v, shm %+v; a recount gives %+v, shm %+v", after,
+			of(got.Base()), of(gotShm), of(wantBase), of(wantShm))
 	}
 }
 
@@ -122,8 +125,8 @@ func runCounterOps(t *testing.T, withShm bool, seed uint64) {
 	}
 	run.closeHeld(t, len(run.held))
 	checkCounters(t, run.c, "closing every handle")
-	if st := run.c.Stats(); st.InUseBytes != 0 || st.ShmInUseBytes != 0 || st.PendingBytes != 0 {
-		t.Errorf("Stats() = %+v with no handle open; want nothing in use or pending", st)
+	if st, sh := statsOf(run.c); st.InUseBytes != 0 || sh.InUseBytes != 0 || st.PendingBytes != 0 {
+		t.Errorf("Stats() = %+v, shm %+v with no handle open; want nothing in use or pending", st, sh)
 	}
 }
 

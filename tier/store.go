@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 )
 
-// Kind names a tier, as Entry.Tier, Handle.Tier and Stats.Tier report it.
+// Kind names a tier, as Entry.Tier, Handle.Tier and Stats (stats.Tier.Name)
+// report it.
 type Kind string
 
 // The tiers.

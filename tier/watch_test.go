@@ -38,9 +38,9 @@ func TestShmFileRemovedBehindBack(t *testing.T) {
 	if got := tierOf(c, "bkt", "obj"); got != Disk {
 		t.Errorf("tier after the shm copy was deleted = %s; want disk", got)
 	}
-	st := c.Stats()
-	if st.Damaged != 1 || st.ShmEntries != 0 || st.ShmPendingBytes == 0 {
-		t.Errorf("Stats() = %+v; want 1 damaged, no shm entry, the open copy pending", st)
+	st, sh := statsOf(c)
+	if st.Damaged != 1 || sh.Entries != 0 || sh.PendingBytes == 0 {
+		t.Errorf("Stats() = %+v, shm %+v; want 1 damaged, no shm entry, the open copy pending", st, sh)
 	}
 	if !h.Stale() {
 		t.Errorf("handle on the deleted shm copy is not stale")
@@ -64,7 +64,7 @@ func TestShmFileRemovedBehindBack(t *testing.T) {
 	if _, err := os.Stat(p); err != nil {
 		t.Errorf("new shm copy after the old handle closed: %v", err)
 	}
-	if st := c.Stats(); st.ShmPendingBytes != 0 || st.Promotions != 2 || env.dl.calls.Load() != 1 {
+	if _, st := statsOf(c); st.PendingBytes != 0 || st.Promotions != 2 || env.dl.calls.Load() != 1 {
 		t.Errorf("Stats() = %+v, downloads %d; want nothing pending, 2 promotions, 1 download", st, env.dl.calls.Load())
 	}
 	checkInvariants(t, c)
@@ -85,7 +85,7 @@ func TestDiskFileTruncatedBehindBack(t *testing.T) {
 		_, ok := c.Lookup("bkt", "obj")
 		return !ok
 	})
-	if st := c.Stats(); st.Damaged != 1 || st.Entries != 0 || st.UsedBytes != 0 {
+	if st := c.Stats().Base(); st.Damaged != 1 || st.Entries != 0 || st.UsedBytes != 0 {
 		t.Errorf("Stats() = %+v; want 1 damaged, nothing cached", st)
 	}
 	if _, err := os.Stat(p); !os.IsNotExist(err) {
@@ -137,7 +137,7 @@ func TestOpenChecksFileBeforeServing(t *testing.T) {
 			}
 			openRead(t, c, obj("bkt", "obj"), data) // never the short file
 			wantDownloads := map[Kind]int64{Disk: 2, Shm: 1}[tier]
-			if st := c.Stats(); st.Damaged != 1 || env.dl.calls.Load() != wantDownloads {
+			if st := c.Stats().Base(); st.Damaged != 1 || env.dl.calls.Load() != wantDownloads {
 				t.Errorf("damaged, downloads = %d, %d; want 1, %d", st.Damaged, env.dl.calls.Load(), wantDownloads)
 			}
 			close(release)
@@ -146,7 +146,7 @@ func TestOpenChecksFileBeforeServing(t *testing.T) {
 			gate2 := filepath.Join(dir, dataName, "00", "gate2")
 			mustWrite(t, gate2, nil)
 			hooks.awaitWatched(t, gate2)
-			if st := c.Stats(); st.Damaged != 1 || st.Entries != 1 {
+			if st := c.Stats().Base(); st.Damaged != 1 || st.Entries != 1 {
 				t.Errorf("after the late event: %+v; want still 1 damaged, 1 entry", st)
 			}
 			openRead(t, c, obj("bkt", "obj"), data)

@@ -16,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -158,7 +159,7 @@ func prefetchShards(ctx context.Context, c *tier.Cache, shards [][]fetch.Object,
 // demoMark is the state at an epoch boundary.
 type demoMark struct {
 	t           time.Time
-	ls          loader.Stats
+	ls          stats.Loader
 	gcs         int64
 	opens, hits int64
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/gpufeed"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // benchLoaderReport is what `cacheagent bench loader` measures.
@@ -115,7 +116,7 @@ type benchLoaderRun struct {
 // mark is the state at an epoch boundary.
 type mark struct {
 	t       time.Time
-	ls      loader.Stats
+	ls      stats.Loader
 	fs      gpufeed.Stats // with a device
 	fetched int64
 }
@@ -128,7 +129,7 @@ type benchReader interface {
 	BatchesPerEpoch() int
 	Workers() int
 	// snap returns the loader's stats and the feed's (zero without one).
-	snap() (loader.Stats, gpufeed.Stats)
+	snap() (stats.Loader, gpufeed.Stats)
 	Close() error
 }
 
@@ -143,7 +144,7 @@ func (r loaderReader) next(ctx context.Context) (int, func(), error) {
 	return b.Index, b.Release, nil
 }
 
-func (r loaderReader) snap() (loader.Stats, gpufeed.Stats) { return r.Stats(), gpufeed.Stats{} }
+func (r loaderReader) snap() (stats.Loader, gpufeed.Stats) { return r.Stats(), gpufeed.Stats{} }
 
 // feedReader reads batches from a Feed, waiting for each one's copy.
 type feedReader struct{ *gpufeed.Feed }
@@ -160,7 +161,7 @@ func (r feedReader) next(ctx context.Context) (int, func(), error) {
 	return b.Index, b.Release, nil
 }
 
-func (r feedReader) snap() (loader.Stats, gpufeed.Stats) {
+func (r feedReader) snap() (stats.Loader, gpufeed.Stats) {
 	s := r.Stats()
 	return s.Loader, s
 }
@@ -188,7 +189,7 @@ func measure(ctx context.Context, c *benchCache, cfg loader.Config, dev gpu.Devi
 	}
 	snap := func() mark {
 		ls, fs := r.snap()
-		return mark{time.Now(), ls, fs, c.cache.Stats().BytesFetched}
+		return mark{time.Now(), ls, fs, c.cache.Stats().Base().BytesFetched}
 	}
 	run.Procs, run.Workers = runtime.GOMAXPROCS(0), r.Workers()
 	marks := []mark{snap()} // at each epoch boundary, between Next calls

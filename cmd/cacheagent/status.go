@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/daemon"
 )
 
 // statusReport is what `cacheagent status --json` prints.
@@ -33,8 +32,7 @@ func newStatusCmd(opts *options) *cobra.Command {
 					return err
 				},
 				func(a *agent) error {
-					t := opts.config().Tiers
-					rep = statusReport{CacheDir: t.Disk.Dir, Tiers: daemon.TierStatuses(t.Disk.Dir, t.Shm.Dir, a.cache.Stats())}
+					rep = statusReport{CacheDir: opts.config().Tiers.Disk.Dir, Tiers: a.cache.Stats().Tiers}
 					return nil
 				})
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // readers runs the readers of one `e2e run`.
@@ -115,7 +116,7 @@ func (r *readers) measure(ctx context.Context, name string, src loader.Source, c
 	defer func() { err = errors.Join(err, l.Close()) }()
 	per := l.BatchesPerEpoch()
 	var samples int64
-	var st0 loader.Stats
+	var st0 stats.Loader
 	for epoch := 1; ; {
 		b, err := l.Next(ctx)
 		if errors.Is(err, io.EOF) {

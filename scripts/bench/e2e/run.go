@@ -74,7 +74,7 @@ type epochRecord struct {
 	DownloadSec float64 `json:"download_sec,omitempty"`
 	// StallShare is the share of the epoch the consumer waited for data,
 	// and the next four its split by what the awaited batch was doing
-	// (loader.Stats): its shard being fetched (staging, or the whole
+	// (stats.Loader): its shard being fetched (staging, or the whole
 	// Acquire without a Stager), promoted to shm and mapped, its rows
 	// gathered, or anything else.
 	StallShare   float64 `json:"stall_share"`
