@@ -24,6 +24,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
@@ -33,10 +34,10 @@ type benchControlConfig struct {
 	rate       float64 // status calls per second per client in the paced phase; 0: no paced phase
 	duration   time.Duration
 	objects    int
-	objectSize sizeFlag
+	objectSize cli.Size
 	bigObjects int
-	bigSize    sizeFlag
-	linkRate   sizeFlag
+	bigSize    cli.Size
+	linkRate   cli.Size
 	asJSON     bool
 }
 
@@ -69,7 +70,7 @@ type loadReport struct {
 	MaxMs          float64 `json:"max_ms"`
 }
 
-func newBenchControlCmd(opts *options) *cobra.Command {
+func newBenchControlCmd(opts *cli.Options) *cobra.Command {
 	bc := &benchControlConfig{clients: 100, duration: 10 * time.Second, objects: 100_000, objectSize: 1 << 10,
 		rate: 20, bigObjects: 16, bigSize: 64 << 20, linkRate: 1e6}
 	cmd := &cobra.Command{

@@ -16,6 +16,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
@@ -36,20 +37,18 @@ func loaderEmulator(t *testing.T, data synth.Dataset) *emulator.Server {
 
 // runCmd runs cmd with args in-process, with opts resolved as the root
 // command would, and returns its stdout.
-func runCmd(t *testing.T, opts *options, cmd *cobra.Command, args ...string) (string, error) {
+func runCmd(t *testing.T, opts *cli.Options, cmd *cobra.Command, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg, err := resolveConfig(cmd, opts)
-	if err != nil {
+	if err := opts.Resolve(cmd); err != nil {
 		t.Fatal(err)
 	}
-	opts.cfg, opts.resolved = cfg, true
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs(args)
-	err = cmd.ExecuteContext(ctx)
+	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
 }
 

@@ -14,12 +14,13 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // statusReport is what `cacheagent status --json` prints.
 type statusReport = control.Status
 
-func newStatusCmd(opts *options) *cobra.Command {
+func newStatusCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -32,9 +33,9 @@ func newStatusCmd(opts *options) *cobra.Command {
 					rep, err = c.Status(cmd.Context())
 					return err
 				},
-				func(a *agent) error {
-					t := opts.config().Tiers
-					rep = statusReport{CacheDir: t.Disk.Dir, Tiers: daemon.TierStatuses(t.Disk.Dir, t.Shm.Dir, a.cache.Stats())}
+				func(a *cli.Agent) error {
+					t := opts.Config().Tiers
+					rep = statusReport{CacheDir: t.Disk.Dir, Tiers: daemon.TierStatuses(t.Disk.Dir, t.Shm.Dir, a.Cache.Stats())}
 					return nil
 				})
 			if err != nil {
