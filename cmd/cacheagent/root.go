@@ -39,21 +39,10 @@ budget with LRU eviction and pinning.`,
 		newInspectCmd(opts),
 		newLoaderCmd(opts),
 		newMountCmd(opts),
-		newDemoCmd(opts),
-		newBenchCmd(opts),
+		newDemoCmd(),
+		newBenchCmd(),
 		newGPUCmd(opts),
 		newVersionCmd(),
 	)
 	return root
-}
-
-// newBenchCmd groups the project's benchmarks.
-func newBenchCmd(opts *cli.Options) *cobra.Command {
-	bench := &cobra.Command{
-		Use:   "bench",
-		Short: "Run the project's benchmarks",
-	}
-	bench.AddCommand(newBenchGPUCmd(opts), newBenchControlCmd(opts), newBenchControlLoadCmd(opts),
-		newBenchLoaderCmd(opts))
-	return bench
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/cacheagent/cacheagent/mmapstore"
 )
 
-// benchLoaderReport is what `cacheagent bench loader` measures.
+// benchLoaderReport is what `cacheagent-bench loader` measures.
 type benchLoaderReport struct {
 	Dataset benchDatasetReport `json:"dataset"`
 	// MemcpyGBps is one core's copy bandwidth, 64 MiB buffer to buffer:

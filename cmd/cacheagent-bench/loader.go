@@ -30,7 +30,7 @@ import (
 // benchBucket holds the synthetic dataset in the emulator.
 const benchBucket = "bench"
 
-// benchLoaderConfig sizes `cacheagent bench loader`.
+// benchLoaderConfig sizes `cacheagent-bench loader`.
 type benchLoaderConfig struct {
 	lf           cli.LoaderFlags
 	samples      int
@@ -53,7 +53,7 @@ type benchLoaderConfig struct {
 	shmParent    string
 }
 
-// newBenchLoaderCmd is `cacheagent bench loader`.
+// newBenchLoaderCmd is `cacheagent-bench loader`.
 func newBenchLoaderCmd(opts *cli.Options) *cobra.Command {
 	bc := &benchLoaderConfig{samples: 1 << 19, sampleBytes: 1 << 10, shards: 64, modes: "shard-window,global",
 		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4, gpu: gpu.ModeNone,

@@ -28,7 +28,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
-// benchControlConfig sizes `cacheagent bench control`.
+// benchControlConfig sizes `cacheagent-bench control`.
 type benchControlConfig struct {
 	clients    int
 	rate       float64 // status calls per second per client in the paced phase; 0: no paced phase
@@ -41,7 +41,7 @@ type benchControlConfig struct {
 	asJSON     bool
 }
 
-// benchControlReport is what `cacheagent bench control` measures.
+// benchControlReport is what `cacheagent-bench control` measures.
 type benchControlReport struct {
 	// Load has one entry per phase: back to back, then paced.
 	Load          []loadReport `json:"status_load"`
@@ -282,12 +282,13 @@ type benchDaemon struct {
 	err    error
 }
 
-// startBenchDaemon starts `cacheagent serve` on a config in dir and waits
-// for its READY=1 on a notify socket.
+// startBenchDaemon starts `cacheagent serve` (found by cli.LookPath) on a
+// config in dir and waits for its READY=1 on a notify socket.
 func startBenchDaemon(ctx context.Context, dir, endpoint string) (*benchDaemon, error) {
-	exe, err := os.Executable()
+	exe, err := cli.LookPath("cacheagent")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench control: the daemon it measures, cacheagent, is neither beside "+
+			"cacheagent-bench nor on PATH; build it beside it: go build -o DIR/cacheagent ./cmd/cacheagent: %w", err)
 	}
 	sock := filepath.Join(dir, "control.sock")
 	cfg := fmt.Sprintf("tiers: {disk: {dir: %q}}\nfetch: {endpoint: %q}\ncontrol: {socket: %q}\n"+

@@ -74,7 +74,7 @@ func runLoadChild(ctx context.Context, socket string, clients int, rate float64,
 	if err != nil {
 		return loadReport{}, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "bench", "control-load", "--socket", socket,
+	cmd := exec.CommandContext(ctx, exe, "control-load", "--socket", socket,
 		"--clients", strconv.Itoa(clients), "--rate", strconv.FormatFloat(rate, 'g', -1, 64),
 		"--duration", d.String())
 	var out bytes.Buffer
