@@ -73,7 +73,7 @@
 // With a Planner (tier.Cache in-process), the Loader announces each
 // epoch's shard order, and the next epoch's, and reports its progress, so
 // the cache prefetches ahead of it and evicts what is needed last; with a
-// Stager (CacheStager), each shard is fetched and promoted to shm just
+// Stager (tier.Cache.Stager in-process), each shard is fetched and promoted to shm just
 // before it is opened. Both are advice: their errors are counted in Stats.
 //
 // # Stalls

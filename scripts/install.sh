@@ -1,12 +1,14 @@
 #!/bin/sh
-# Install cacheagent: the binary, the systemd units (the service and the
-# huge-page tmpfs of its shm tier), the commented default config and the
-# operations guide. Safe to run again (upgrades): it replaces
-# the binary, the unit and the docs, but never an existing config, beside
-# which it puts the new default as cacheagent.yaml.default.
+# Install cacheagent: the binaries (cacheagent, and cacheagent-bench with
+# the demo and the benchmarks, which `cacheagent demo` and `cacheagent
+# bench` run), the systemd units (the service and the huge-page tmpfs of
+# its shm tier), the commented default config and the operations guide.
+# Safe to run again (upgrades): it replaces the binaries, the unit and the
+# docs, but never an existing config, beside which it puts the new default
+# as cacheagent.yaml.default.
 #
-#   scripts/install.sh                 # build ./cmd/cacheagent with go, install it
-#   scripts/install.sh path/to/cacheagent
+#   scripts/install.sh                 # build ./cmd/cacheagent and ./cmd/cacheagent-bench with go, install them
+#   scripts/install.sh path/to/cacheagent [path/to/cacheagent-bench]
 #   DESTDIR=/tmp/pkg scripts/install.sh   # stage into a directory (packaging)
 #   PREFIX=/opt/cacheagent scripts/install.sh
 #
@@ -27,18 +29,31 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 bin=${1:-}
+bench=${2:-}
 if [ -z "$bin" ]; then
-	echo "== building cacheagent"
+	echo "== building cacheagent and cacheagent-bench"
 	CGO_ENABLED=0 go build -trimpath -o "$tmp/cacheagent" ./cmd/cacheagent
+	CGO_ENABLED=0 go build -trimpath -o "$tmp/cacheagent-bench" ./cmd/cacheagent-bench
 	bin=$tmp/cacheagent
+	bench=$tmp/cacheagent-bench
 fi
-[ -x "$bin" ] || { echo "install.sh: $bin is not an executable" >&2; exit 1; }
+for b in "$bin" ${bench:+"$bench"}; do
+	[ -x "$b" ] || { echo "install.sh: $b is not an executable" >&2; exit 1; }
+done
 
 echo "== installing into ${DESTDIR:-/}"
 install -d "$DESTDIR$bindir" "$DESTDIR$unitdir" "$DESTDIR$docdir" "$DESTDIR$confdir"
-# Replace the binary atomically: a running daemon keeps its old inode.
-install -m 0755 "$bin" "$DESTDIR$bindir/.cacheagent.new"
-mv -f "$DESTDIR$bindir/.cacheagent.new" "$DESTDIR$bindir/cacheagent"
+# Replace a binary atomically: a running daemon keeps its old inode.
+install_bin() {
+	install -m 0755 "$1" "$DESTDIR$bindir/.$2.new"
+	mv -f "$DESTDIR$bindir/.$2.new" "$DESTDIR$bindir/$2"
+}
+install_bin "$bin" cacheagent
+if [ -n "$bench" ]; then
+	install_bin "$bench" cacheagent-bench
+else
+	echo "   no cacheagent-bench given: cacheagent demo and cacheagent bench will say how to get it"
+fi
 
 sed "s|/usr/local/bin/cacheagent|$bindir/cacheagent|" scripts/cacheagent.service >"$tmp/cacheagent.service"
 install -m 0644 "$tmp/cacheagent.service" "$DESTDIR$unitdir/cacheagent.service"

@@ -10,10 +10,11 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-func newCatCmd(opts *options) *cobra.Command {
+func newCatCmd(opts *cli.Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cat gs://BUCKET/OBJECT",
 		Short: "Write an object's bytes to stdout, through the cache",
@@ -35,12 +36,12 @@ generation is re-checked against GCS when it was last checked longer ago than
 				func(c *control.Client) error {
 					var reval *time.Duration
 					if cmd.Flags().Changed("revalidate") {
-						reval = &opts.revalidate
+						reval = &opts.Revalidate
 					}
 					_, err := c.Read(cmd.Context(), o, w, reval)
 					return err
 				},
-				func(a *agent) error { return localCat(cmd, opts, a, o, w) })
+				func(a *cli.Agent) error { return localCat(cmd, opts, a, o, w) })
 			if err != nil {
 				return err
 			}
@@ -51,12 +52,12 @@ generation is re-checked against GCS when it was last checked longer ago than
 }
 
 // localCat copies o from the cache to w.
-func localCat(cmd *cobra.Command, opts *options, a *agent, o fetch.Object, w io.Writer) error {
+func localCat(cmd *cobra.Command, opts *cli.Options, a *cli.Agent, o fetch.Object, w io.Writer) error {
 	var oo []tier.OpenOption
 	if cmd.Flags().Changed("revalidate") {
-		oo = append(oo, tier.WithRevalidate(opts.revalidate))
+		oo = append(oo, tier.WithRevalidate(opts.Revalidate))
 	}
-	h, err := a.cache.Open(cmd.Context(), o, oo...)
+	h, err := a.Cache.Open(cmd.Context(), o, oo...)
 	if err != nil {
 		return err
 	}

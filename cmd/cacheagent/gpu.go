@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"strings"
 	"text/tabwriter"
@@ -14,10 +11,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/gpu"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // newGPUCmd returns `cacheagent gpu`, whose `info` lists the GPUs.
-func newGPUCmd(_ *options) *cobra.Command {
+func newGPUCmd(_ *cli.Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "gpu",
 		Short: "Inspect the GPUs the agent can feed",
@@ -25,23 +23,6 @@ func newGPUCmd(_ *options) *cobra.Command {
 	}
 	cmd.AddCommand(newGPUInfoCmd())
 	return cmd
-}
-
-// gpuInfoReport is what `cacheagent gpu info --json` prints.
-type gpuInfoReport struct {
-	Backend     string            `json:"backend"`
-	Available   bool              `json:"available"`
-	Reason      string            `json:"reason,omitempty"`
-	Driver      string            `json:"driver,omitempty"`
-	CUDAVersion int               `json:"cuda_version,omitempty"`
-	Devices     []gpuDeviceReport `json:"devices"`
-	Notes       []string          `json:"notes,omitempty"`
-}
-
-// gpuDeviceReport is a device with its link ceiling.
-type gpuDeviceReport struct {
-	gpu.DeviceInfo
-	CeilingGBps float64 `json:"link_ceiling_gbps"`
 }
 
 func newGPUInfoCmd() *cobra.Command {
@@ -54,23 +35,23 @@ func newGPUInfoCmd() *cobra.Command {
 it prints why, in one line, and exits 0.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := openGPU(cmd.Context(), mode)
+			b, err := cli.OpenGPU(cmd.Context(), mode)
 			if err != nil {
 				return err
 			}
 			defer b.Close()
 			out := cmd.OutOrStdout()
 			if none, ok := b.(*gpu.None); ok {
-				return printNoGPU(out, mode, none, asJSON)
+				return cli.PrintNoGPU(out, mode, none, asJSON)
 			}
 			sys := b.System()
-			rep := gpuInfoReport{Backend: b.Kind().String(), Available: true, Driver: sys.Driver,
+			rep := cli.GPUInfoReport{Backend: b.Kind().String(), Available: true, Driver: sys.Driver,
 				CUDAVersion: sys.CUDAVersion, Notes: sys.Notes}
 			for _, d := range sys.Devices {
-				rep.Devices = append(rep.Devices, gpuDeviceReport{DeviceInfo: d, CeilingGBps: round2(d.Link.Ceiling())})
+				rep.Devices = append(rep.Devices, cli.GPUDeviceReport{DeviceInfo: d, CeilingGBps: round2(d.Link.Ceiling())})
 			}
 			if asJSON {
-				return writeJSON(out, rep)
+				return cli.WriteJSON(out, rep)
 			}
 			return printGPUInfo(out, rep)
 		},
@@ -80,26 +61,7 @@ it prints why, in one line, and exits 0.`,
 	return cmd
 }
 
-// openGPU opens the backend quietly: a fallback's reason is printed by the
-// command, not logged.
-func openGPU(ctx context.Context, mode gpu.Mode) (gpu.Backend, error) {
-	return gpu.OpenConfig(ctx, gpu.Config{Mode: mode, Logger: slog.New(slog.DiscardHandler)})
-}
-
-// printNoGPU prints the one line (or JSON object) saying why there is no GPU.
-func printNoGPU(out io.Writer, mode gpu.Mode, none *gpu.None, asJSON bool) error {
-	line := "GPU transfers disabled (--gpu=none)"
-	if mode != gpu.ModeNone {
-		line = fmt.Sprintf("no NVIDIA GPU/driver found: %v", none.Reason)
-	}
-	if asJSON {
-		return writeJSON(out, gpuInfoReport{Backend: "none", Reason: line, Devices: []gpuDeviceReport{}})
-	}
-	_, err := fmt.Fprintln(out, line)
-	return err
-}
-
-func printGPUInfo(out io.Writer, rep gpuInfoReport) error {
+func printGPUInfo(out io.Writer, rep cli.GPUInfoReport) error {
 	var head []string
 	if rep.Driver != "" {
 		head = append(head, "driver "+rep.Driver)
@@ -124,7 +86,7 @@ func printGPUInfo(out io.Writer, rep gpuInfoReport) error {
 			numa = fmt.Sprint(d.NUMANode)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.Ordinal, d.Name, d.BusID, mem,
-			linkString(d.Link), ceiling, numa, dash(d.CPUList()), dash(d.UUID))
+			cli.LinkString(d.Link), ceiling, numa, dash(d.CPUList()), dash(d.UUID))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -135,19 +97,6 @@ func printGPUInfo(out io.Writer, rep gpuInfoReport) error {
 	return nil
 }
 
-// linkString renders "Gen5 x16", adding the current state when it differs
-// ("Gen5 x16 (now Gen1 x16)": links slow down when idle).
-func linkString(l gpu.Link) string {
-	if l.Gen == 0 || l.Width == 0 {
-		return "-"
-	}
-	s := fmt.Sprintf("Gen%d x%d", l.Gen, l.Width)
-	if l.CurGen > 0 && (l.CurGen != l.Gen || l.CurWidth != l.Width) {
-		s += fmt.Sprintf(" (now Gen%d x%d)", l.CurGen, l.CurWidth)
-	}
-	return s
-}
-
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -156,108 +105,3 @@ func dash(s string) string {
 }
 
 func round2(f float64) float64 { return math.Round(f*100) / 100 }
-
-func writeJSON(out io.Writer, v any) error {
-	enc := json.NewEncoder(out)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// newBenchGPUCmd returns `cacheagent bench gpu`.
-func newBenchGPUCmd(_ *options) *cobra.Command {
-	var (
-		asJSON   bool
-		mode     = gpu.ModeAuto
-		ordinal  int
-		size     = sizeFlag(256 << 20)
-		poolSize = sizeFlag(64 << 20)
-		cfg      = gpu.BenchConfig{Reps: 5, Pool: gpu.PoolConfig{Buffers: 4}, ShmDir: "/dev/shm"}
-	)
-	cmd := &cobra.Command{
-		Use:   "gpu",
-		Short: "Measure host-to-GPU copy throughput: pinned peak, pageable, staging pool, registered /dev/shm",
-		Long: `Measure host-to-GPU copy throughput along each path the agent can use, as GB/s,
-% of the pinned peak and % of the PCIe link ceiling, and the cost of registering a
-/dev/shm mapping. On a machine without an NVIDIA GPU or driver it prints why, in one
-line, and exits 0. --gpu fake runs the in-process fake: memcpy speeds, not PCIe.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if int64(size) > int64(math.MaxInt) || int64(poolSize) > int64(math.MaxInt) {
-				return fmt.Errorf("--size or --pool-size too large for this platform")
-			}
-			cfg.Size, cfg.Pool.Size = int(size), int(poolSize)
-			b, err := openGPU(cmd.Context(), mode)
-			if err != nil {
-				return err
-			}
-			defer b.Close()
-			if none, ok := b.(*gpu.None); ok {
-				return printNoGPU(cmd.OutOrStdout(), mode, none, asJSON)
-			}
-			rep, err := gpu.Bench(cmd.Context(), b, ordinal, cfg)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), rep)
-			}
-			return printBench(cmd.OutOrStdout(), rep)
-		},
-	}
-	f := cmd.Flags()
-	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.Var(&mode, "gpu", "GPU backend: auto, cuda, fake or none")
-	f.IntVar(&ordinal, "device", 0, "CUDA ordinal of the GPU to measure")
-	f.Var(&size, "size", "bytes per timed copy")
-	f.IntVar(&cfg.Reps, "reps", cfg.Reps, "timed repetitions per path (the median is reported)")
-	f.IntVar(&cfg.Pool.Buffers, "pool-buffers", cfg.Pool.Buffers, "staging buffers")
-	f.Var(&poolSize, "pool-size", "bytes per staging buffer")
-	f.IntVar(&cfg.Workers, "workers", 0, "goroutines filling a staging buffer (0: min(4, CPUs))")
-	f.StringVar(&cfg.ShmDir, "shm-dir", cfg.ShmDir, "directory for the registered mapping's file")
-	return cmd
-}
-
-func printBench(out io.Writer, rep gpu.BenchReport) error {
-	d := rep.Device
-	if rep.Backend == gpu.ModeFake.String() {
-		fmt.Fprintln(out, "FAKE backend: figures are host memcpy speeds, not PCIe transfers")
-	}
-	fmt.Fprintf(out, "GPU %d: %s (%s), PCIe %s, ceiling %s, NUMA node %s\n", d.Ordinal, d.Name, d.BusID,
-		linkString(d.Link), gbps(rep.CeilingGBps), numaString(d.NUMANode))
-	fmt.Fprintf(out, "%s per copy, median of %d\n", humanize.IBytes(uint64(rep.Size)), rep.Reps)
-	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PATH\tGB/s\t% OF PINNED\t% OF LINK")
-	for _, r := range rep.Results {
-		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\terror: %s\t\t\n", r.Name, r.Error)
-			continue
-		}
-		link := "-"
-		if rep.CeilingGBps > 0 {
-			link = fmt.Sprintf("%.1f", r.PctOfLink)
-		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%.1f\t%s\n", r.Name, r.GBps, r.PctOfPinned, link)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if rep.RegisterMsPerGB > 0 {
-		fmt.Fprintf(out, "registering /dev/shm read-only: %.1f ms/GB, unregistering %.1f ms/GB\n",
-			rep.RegisterMsPerGB, rep.UnregisterMsPerGB)
-	}
-	return nil
-}
-
-func gbps(v float64) string {
-	if v <= 0 {
-		return "unknown"
-	}
-	return fmt.Sprintf("%.1f GB/s", v)
-}
-
-func numaString(n int) string {
-	if n < 0 {
-		return "unknown"
-	}
-	return fmt.Sprint(n)
-}

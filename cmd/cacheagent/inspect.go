@@ -17,6 +17,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
@@ -57,7 +58,7 @@ type arrayReport struct {
 	DataOffsets *[2]int64 `json:"data_offsets,omitempty"`
 }
 
-func newInspectCmd(opts *options) *cobra.Command {
+func newInspectCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect gs://BUCKET/OBJECT",
@@ -81,8 +82,8 @@ then by name. A malformed file fails with the reason.`,
 			err = withCache(cmd, opts, func(c *control.Client) (err error) {
 				rep, err = inspectWith(cmd.Context(), c, o)
 				return err
-			}, func(a *agent) (err error) {
-				rep, err = inspectWith(cmd.Context(), a.cache.Opener(), o)
+			}, func(a *cli.Agent) (err error) {
+				rep, err = inspectWith(cmd.Context(), a.Cache.Opener(), o)
 				return err
 			})
 			if err != nil {

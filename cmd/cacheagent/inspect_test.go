@@ -15,6 +15,7 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
@@ -23,29 +24,27 @@ import (
 
 // inspectOptions returns options for a standalone inspect against the
 // emulator at endpoint, with a fresh cache dir and no daemon on the socket.
-func inspectOptions(t *testing.T, endpoint string) *options {
+func inspectOptions(t *testing.T, endpoint string) *cli.Options {
 	dir := t.TempDir()
-	return &options{cacheDir: filepath.Join(dir, "cache"), endpoint: endpoint, revalidate: time.Minute,
-		connections: 4, slice: sizeFlag(1 << 20), socket: filepath.Join(dir, "none.sock")}
+	return &cli.Options{CacheDir: filepath.Join(dir, "cache"), Endpoint: endpoint, Revalidate: time.Minute,
+		Connections: 4, Slice: cli.Size(1 << 20), Socket: filepath.Join(dir, "none.sock")}
 }
 
 // runInspect runs `inspect args...` in-process, with opts resolved as the
 // root command would, and returns its stdout.
-func runInspect(t *testing.T, opts *options, args ...string) (string, error) {
+func runInspect(t *testing.T, opts *cli.Options, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := newInspectCmd(opts)
-	cfg, err := resolveConfig(cmd, opts)
-	if err != nil {
+	if err := opts.Resolve(cmd); err != nil {
 		t.Fatal(err)
 	}
-	opts.cfg = cfg
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs(args)
-	err = cmd.ExecuteContext(ctx)
+	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
 }
 
@@ -186,7 +185,7 @@ func TestInspectThroughDaemon(t *testing.T) {
 	dir := t.TempDir()
 	p := startServe(t, dir, daemonConfig(dir, s.Endpoint(), ""))
 	opts := inspectOptions(t, s.Endpoint())
-	opts.socket = p.socket
+	opts.Socket = p.socket
 	out, err := runInspect(t, opts, "--json", "gs://bkt/d/v2.npy")
 	if err != nil {
 		t.Fatalf("inspect through the daemon: %v", err)
@@ -198,7 +197,7 @@ func TestInspectThroughDaemon(t *testing.T) {
 	if rep.Version != "2.0" || rep.Array == nil || rep.Array.DType != "float64" || !slices.Equal(rep.Array.Shape, []int{5}) {
 		t.Errorf("inspect = %s; want npy 2.0 float64 (5,)", out)
 	}
-	if _, err := os.Stat(opts.cacheDir); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(opts.CacheDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("inspect created its own cache dir (%v); want the daemon's used", err)
 	}
 }

@@ -10,9 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
-func newJobsCmd(opts *options) *cobra.Command {
+func newJobsCmd(opts *cli.Options) *cobra.Command {
 	var asJSON, wait, cancel bool
 	cmd := &cobra.Command{
 		Use:   "jobs [ID]",
@@ -24,7 +25,7 @@ func newJobsCmd(opts *options) *cobra.Command {
 				return err
 			}
 			if c == nil {
-				return fmt.Errorf("jobs: no daemon answers on %s: %w", opts.config().Control.Socket, control.ErrUnavailable)
+				return fmt.Errorf("jobs: no daemon answers on %s: %w", opts.Config().Control.Socket, control.ErrUnavailable)
 			}
 			defer c.Close()
 			ctx := cmd.Context()

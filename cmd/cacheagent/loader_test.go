@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
@@ -36,20 +36,18 @@ func loaderEmulator(t *testing.T, data synth.Dataset) *emulator.Server {
 
 // runCmd runs cmd with args in-process, with opts resolved as the root
 // command would, and returns its stdout.
-func runCmd(t *testing.T, opts *options, cmd *cobra.Command, args ...string) (string, error) {
+func runCmd(t *testing.T, opts *cli.Options, cmd *cobra.Command, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg, err := resolveConfig(cmd, opts)
-	if err != nil {
+	if err := opts.Resolve(cmd); err != nil {
 		t.Fatal(err)
 	}
-	opts.cfg, opts.resolved = cfg, true
 	var out bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(io.Discard)
 	cmd.SetArgs(args)
-	err = cmd.ExecuteContext(ctx)
+	err := cmd.ExecuteContext(ctx)
 	return out.String(), err
 }
 
@@ -143,65 +141,5 @@ func TestLoaderIDsManifest(t *testing.T) {
 	}
 	if got := parseIDs(t, out); len(got) != 1 || len(got[0]) != 11 {
 		t.Errorf("ids over the manifest: %v", got)
-	}
-}
-
-func TestBenchLoader(t *testing.T) {
-	if _, err := os.Stat("/dev/shm"); err != nil {
-		t.Skip("no /dev/shm")
-	}
-	opts := inspectOptions(t, "")
-	dir := t.TempDir()
-	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "4096", "--shards", "16",
-		"--sample-bytes", "256", "--batch", "64", "--epochs", "1", "--policy", "--policy-epochs", "2",
-		"--link-rate", "1GB", "--window", "2", "--write-dir", dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchLoaderReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if rep.Dataset.Samples != 4096 || rep.MemcpyGBps <= 0 || len(rep.Runs) != 4 {
-		t.Fatalf("report %+v", rep)
-	}
-	for _, r := range rep.Runs {
-		if r.Epochs != 1 || r.SamplesPerSec <= 0 || r.HitRatio < 0 || r.HitRatio > 1 {
-			t.Errorf("run %+v", r)
-		}
-	}
-	if w := rep.Runs[0]; w.BytesReadPerEpoch != 0 || w.GatherGBps <= 0 {
-		t.Errorf("warm run read %v bytes per epoch (want 0), gathered at %v GB/s", w.BytesReadPerEpoch, w.GatherGBps)
-	}
-	files, _ := filepath.Glob(filepath.Join(dir, "bench", "train", "shard-*.npy"))
-	if len(files) != 32 {
-		t.Errorf("--write-dir wrote %d files; want 32", len(files))
-	}
-}
-
-func TestBenchLoaderData(t *testing.T) {
-	data := synth.Uniform(4, 50, 32)
-	s := loaderEmulator(t, data)
-	opts := inspectOptions(t, s.Endpoint())
-	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--data", "gs://bkt/train/", "--batch", "16",
-		"--epochs", "2", "--json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep benchLoaderReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
-	if len(rep.Runs) != 1 || rep.Runs[0].Epochs != 2 || rep.Dataset.Samples != 200 || rep.Dataset.Bytes == 0 {
-		t.Fatalf("report %+v", rep)
-	}
-	// Two epochs through a cache that starts empty and holds it all: the
-	// dataset is read once.
-	if r := rep.Runs[0]; r.BytesReadPerEpoch*2 != float64(rep.Dataset.Bytes) {
-		t.Errorf("read %v bytes per epoch; want half the dataset's %d", r.BytesReadPerEpoch, rep.Dataset.Bytes)
-	}
-	var table bytes.Buffer
-	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "gs://bkt/train/") {
-		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }

@@ -13,12 +13,13 @@ import (
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // lsEntry is one row of `cacheagent ls`.
 type lsEntry = control.Object
 
-func newLsCmd(opts *options) *cobra.Command {
+func newLsCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "ls gs://BUCKET/PREFIX",
@@ -38,8 +39,8 @@ shows what the cache holds and says so.`,
 					res, err = c.List(cmd.Context(), u.Bucket, u.Path)
 					return err
 				},
-				func(a *agent) (err error) {
-					res, err = daemon.ListObjects(cmd.Context(), a.src, a.cache, u.Bucket, u.Path)
+				func(a *cli.Agent) (err error) {
+					res, err = daemon.ListObjects(cmd.Context(), a.Source, a.Cache, u.Bucket, u.Path)
 					return err
 				})
 			if err != nil {

@@ -14,11 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/mount"
 )
 
 // newMountCmd returns "cacheagent mount MOUNTPOINT gs://BUCKET[/PREFIX]...".
-func newMountCmd(opts *options) *cobra.Command {
+func newMountCmd(opts *cli.Options) *cobra.Command {
 	var (
 		listTTL     time.Duration
 		allowOther  bool
@@ -48,14 +49,14 @@ by a crashed mount is cleared at start.`,
 				return err
 			}
 			ctx := cmd.Context()
-			a, err := openAgent(ctx, opts)
+			a, err := cli.OpenAgent(ctx, opts.Config())
 			if err != nil {
 				return err
 			}
 			defer a.Close()
 			srv, err := mount.Mount(ctx, args[0], mount.Config{
-				Cache:              a.cache,
-				Source:             a.src,
+				Cache:              a.Cache,
+				Source:             a.Source,
 				Roots:              roots,
 				ListTTL:            listTTL,
 				AllowOther:         allowOther,

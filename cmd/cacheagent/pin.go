@@ -8,11 +8,12 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // newPinCmd builds pin, unpin or evict: the three act on every cached object
 // under a prefix.
-func newPinCmd(opts *options, verb string) *cobra.Command {
+func newPinCmd(opts *cli.Options, verb string) *cobra.Command {
 	short := map[string]string{
 		"pin":   "Download (if needed) and pin every object under a prefix: never evicted",
 		"unpin": "Unpin every object under a prefix",
@@ -34,7 +35,7 @@ func newPinCmd(opts *options, verb string) *cobra.Command {
 					r, err = remotePin(cmd.Context(), c, verb, u, hot)
 					return err
 				},
-				func(a *agent) (err error) {
+				func(a *cli.Agent) (err error) {
 					r, err = localPin(cmd.Context(), a, verb, u, hot)
 					return err
 				})
@@ -84,26 +85,26 @@ func remotePin(ctx context.Context, c *control.Client, verb string, u fetch.URI,
 }
 
 // localPin works on the cache directory.
-func localPin(ctx context.Context, a *agent, verb string, u fetch.URI, hot bool) (pinResult, error) {
+func localPin(ctx context.Context, a *cli.Agent, verb string, u fetch.URI, hot bool) (pinResult, error) {
 	switch verb {
 	case "pin":
-		objs, err := listAll(ctx, a.src, u)
+		objs, err := listAll(ctx, a.Source, u)
 		if err != nil {
 			return pinResult{}, err
 		}
-		if err := a.cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
+		if err := a.Cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
 			return pinResult{}, err
 		}
-		pin := a.cache.Pin
+		pin := a.Cache.Pin
 		if hot {
-			pin = a.cache.PinHot
+			pin = a.Cache.PinHot
 		}
 		n, err := pin(ctx, u.Bucket, u.Path)
 		return pinResult{n: n}, err
 	case "unpin":
-		n, err := a.cache.Unpin(ctx, u.Bucket, u.Path)
+		n, err := a.Cache.Unpin(ctx, u.Bucket, u.Path)
 		return pinResult{n: n}, err
 	}
-	r, err := a.cache.Evict(ctx, u.Bucket, u.Path)
+	r, err := a.Cache.Evict(ctx, u.Bucket, u.Path)
 	return pinResult{n: r.Evicted, pending: r.Pending, skipped: r.Skipped}, err
 }

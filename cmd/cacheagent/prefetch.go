@@ -14,10 +14,11 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-func newPrefetchCmd(opts *options) *cobra.Command {
+func newPrefetchCmd(opts *cli.Options) *cobra.Command {
 	var wait bool
 	cmd := &cobra.Command{
 		Use:   "prefetch gs://BUCKET/PREFIX",
@@ -34,7 +35,7 @@ bar on a terminal (objects, bytes, rate, ETA).`,
 			}
 			return withCache(cmd, opts,
 				func(c *control.Client) error { return remotePrefetch(cmd.Context(), c, u, wait, cmd) },
-				func(a *agent) error { return runPrefetch(cmd.Context(), a, u, cmd.ErrOrStderr()) })
+				func(a *cli.Agent) error { return runPrefetch(cmd.Context(), a, u, cmd.ErrOrStderr()) })
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "through the daemon, wait for the job to finish (standalone always waits)")
@@ -98,8 +99,8 @@ func listAll(ctx context.Context, src fetch.Source, u fetch.URI) ([]fetch.Attrs,
 	return objs, nil
 }
 
-func runPrefetch(ctx context.Context, a *agent, u fetch.URI, w io.Writer) error {
-	objs, err := listAll(ctx, a.src, u)
+func runPrefetch(ctx context.Context, a *cli.Agent, u fetch.URI, w io.Writer) error {
+	objs, err := listAll(ctx, a.Source, u)
 	if err != nil {
 		return err
 	}
@@ -109,7 +110,7 @@ func runPrefetch(ctx context.Context, a *agent, u fetch.URI, w io.Writer) error 
 	}
 	rep := newProgressReporter(w, int64(len(objs)), total)
 	start := time.Now()
-	err = a.cache.Prefetch(ctx, objs, fetch.Warm, rep.update)
+	err = a.Cache.Prefetch(ctx, objs, fetch.Warm, rep.update)
 	rep.finish()
 	printPrefetchSummary(w, u, rep.last, time.Since(start))
 	return err

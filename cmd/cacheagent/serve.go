@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/daemon"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // shutdownTimeout bounds a graceful shutdown; systemd's TimeoutStopSec is
@@ -25,7 +26,7 @@ const shutdownTimeout = 8 * time.Second
 // statusEvery is how often systemd's STATUS= line is refreshed.
 const statusEvery = 10 * time.Second
 
-func newServeCmd(opts *options) *cobra.Command {
+func newServeCmd(opts *cli.Options) *cobra.Command {
 	return &cobra.Command{
 		Use:   "serve",
 		Short: "Run the daemon: control socket, metrics, warm sources, live config reload",
@@ -54,13 +55,13 @@ it down gracefully.`,
 const defaultGCPercent = 50
 
 // runServe runs the daemon until a signal stops it.
-func runServe(cmd *cobra.Command, opts *options) error {
+func runServe(cmd *cobra.Command, opts *cli.Options) error {
 	ctx, log := cmd.Context(), slog.Default()
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
-	d, err := daemon.Start(ctx, opts.config(), daemon.Options{Logger: log, Version: buildVersion(),
-		ConfigFile: opts.configFile})
+	d, err := daemon.Start(ctx, opts.Config(), daemon.Options{Logger: log, Version: buildVersion(),
+		ConfigFile: opts.ConfigFile})
 	if err != nil {
 		return err
 	}
@@ -80,8 +81,8 @@ func runServe(cmd *cobra.Command, opts *options) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { keepAlive(bg, d, log) })
-	if opts.configFile != "" {
-		cw, err := daemon.WatchConfig(opts.configFile)
+	if opts.ConfigFile != "" {
+		cw, err := daemon.WatchConfig(opts.ConfigFile)
 		if err != nil {
 			log.Warn("not watching the config file; reload with SIGHUP", "err", err)
 		} else {
@@ -100,7 +101,7 @@ func runServe(cmd *cobra.Command, opts *options) error {
 
 // serveLoop handles reloads until ctx ends (SIGTERM, SIGINT) or a server
 // fails.
-func serveLoop(ctx context.Context, cmd *cobra.Command, opts *options, d *daemon.Daemon,
+func serveLoop(ctx context.Context, cmd *cobra.Command, opts *cli.Options, d *daemon.Daemon,
 	hup <-chan os.Signal, reloads <-chan string) error {
 	log := slog.Default()
 	for {
@@ -120,9 +121,9 @@ func serveLoop(ctx context.Context, cmd *cobra.Command, opts *options, d *daemon
 
 // reload re-reads the config file, applies the flags again and hands the
 // result to the daemon. A bad config changes nothing.
-func reload(ctx context.Context, cmd *cobra.Command, opts *options, d *daemon.Daemon, why string) {
+func reload(ctx context.Context, cmd *cobra.Command, opts *cli.Options, d *daemon.Daemon, why string) {
 	log := slog.Default()
-	cfg, err := resolveConfig(cmd, opts)
+	cfg, err := cli.ResolveConfig(cmd, opts)
 	if err != nil {
 		d.ReloadFailed(err)
 		log.Error("config reload failed; keeping the running config", "trigger", why, "err", err)

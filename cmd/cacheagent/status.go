@@ -13,12 +13,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // statusReport is what `cacheagent status --json` prints.
 type statusReport = control.Status
 
-func newStatusCmd(opts *options) *cobra.Command {
+func newStatusCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status",
@@ -31,8 +32,8 @@ func newStatusCmd(opts *options) *cobra.Command {
 					rep, err = c.Status(cmd.Context())
 					return err
 				},
-				func(a *agent) error {
-					rep = statusReport{CacheDir: opts.config().Tiers.Disk.Dir, Tiers: a.cache.Stats().Tiers}
+				func(a *cli.Agent) error {
+					rep = statusReport{CacheDir: opts.Config().Tiers.Disk.Dir, Tiers: a.Cache.Stats().Tiers}
 					return nil
 				})
 			if err != nil {

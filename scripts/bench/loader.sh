@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Loader benchmarks for issue 4: ratios measured in one run, printed as markdown.
 #
-#   scripts/bench/loader.sh            # CACHEAGENT=path uses a prebuilt binary
+#   scripts/bench/loader.sh            # CACHEAGENT_BENCH=path uses a prebuilt cacheagent-bench
 #
 # 1. go test benchmarks: warm epochs of 1 KiB and 150 KB samples with the
 #    gather rate against one core's memcpy (loader), and the eviction policies
 #    simulated over a shuffling loader's shard trace (plan).
-# 2. `cacheagent bench loader` on 1 KiB and on 150 KB (3x224x224 uint8)
+# 2. `cacheagent-bench loader` on 1 KiB and on 150 KB (3x224x224 uint8)
 #    samples, warm in the shm tier, and with --policy for the 1 KiB set: the
 #    cache's disk at half the dataset, LRU against the clairvoyant cache.
 #    Each warm run is repeated with --one-core (GOMAXPROCS=1, one gathering
@@ -31,10 +31,10 @@ cleanup() {
 }
 trap cleanup EXIT
 py=/usr/bin/python3 # Debian's, with python3-torch; not the pyenv one on PATH
-bin=${CACHEAGENT:-}
+bin=${CACHEAGENT_BENCH:-}
 if [ -z "$bin" ]; then
-	go build -o "$work/cacheagent" ./cmd/cacheagent
-	bin=$work/cacheagent
+	go build -o "$work/cacheagent-bench" ./cmd/cacheagent-bench
+	bin=$work/cacheagent-bench
 fi
 
 echo "## loader ($(date -u +%F), $(nproc) cores, $(go version | cut -d' ' -f3), load average $(cut -d' ' -f1-3 /proc/loadavg))"
@@ -48,7 +48,7 @@ echo '```'
 run() {
 	local name=$1 samples=$2 bytes=$3 batch=$4
 	shift 4
-	"$bin" bench loader --json --samples "$samples" --sample-bytes "$bytes" --shards 64 --batch "$batch" \
+	"$bin" loader --json --samples "$samples" --sample-bytes "$bytes" --shards 64 --batch "$batch" \
 		--epochs 10 --one-core --write-dir "$data/$name" "$@" >"$work/$name.json"
 	"$py" scripts/bench/torch_peer.py --dir "$data/$name/bench/train" --batch "$batch" --json >"$work/$name.torch.json"
 	rm -rf "${data:?}/$name"
@@ -59,7 +59,7 @@ if [ "$(id -u)" = 0 ]; then
 	mkdir -p "$work/huge"
 	if mount -t tmpfs -o size=4g,huge=within_size tmpfs "$work/huge"; then
 		huge=$work/huge
-		"$bin" bench loader --json --samples 524288 --sample-bytes 1024 --shards 64 --batch 256 --epochs 10 \
+		"$bin" loader --json --samples 524288 --sample-bytes 1024 --shards 64 --batch 256 --epochs 10 \
 			--one-core --shm-parent "$huge" >"$work/huge.json"
 	fi
 fi

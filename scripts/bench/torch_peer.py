@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""The PyTorch peer of `cacheagent bench loader`.
+"""The PyTorch peer of `cacheagent-bench loader`.
 
-Reads the same .npy shards (written by `cacheagent bench loader --write-dir`)
+Reads the same .npy shards (written by `cacheagent-bench loader --write-dir`)
 with torch.utils.data.DataLoader in its recommended configuration: a
 map-style Dataset over memory-mapped .npy files, shuffle=True, num_workers=2
 (this machine has 2 cores), persistent_workers=True, prefetch_factor=4 and

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
@@ -80,12 +81,12 @@ func (r *demoRun) runDirect(ctx context.Context, src fetch.Source) error {
 // to shm) before opening it, while a prefetch alongside it fetches the
 // first epoch's shards in the loader's order at plan priority and promotes
 // each to shm as it lands.
-func (r *demoRun) runAgent(ctx context.Context, a *agent) error {
-	store := mmapstore.New(a.cache.Opener(), mmapstore.Config{})
+func (r *demoRun) runAgent(ctx context.Context, a *cli.Agent) error {
+	store := mmapstore.New(a.Cache.Opener(), mmapstore.Config{})
 	defer store.Close()
-	st := &hitStager{Stager: a.cache.Stager(), cache: a.cache}
+	st := &hitStager{Stager: a.Cache.Stager(), cache: a.Cache}
 	cfg := r.loaderConfig()
-	cfg.Planner, cfg.Stager = a.cache, st
+	cfg.Planner, cfg.Stager = a.Cache, st
 	order, err := epochShards(r.ds, cfg, 0)
 	if err != nil {
 		return err
@@ -94,7 +95,7 @@ func (r *demoRun) runAgent(ctx context.Context, a *agent) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	var perr error
-	wg.Go(func() { perr = prefetchShards(pctx, a.cache, order, demoAhead*r.cfg.connections) })
+	wg.Go(func() { perr = prefetchShards(pctx, a.Cache, order, demoAhead*r.cfg.connections) })
 	r.cached, err = r.epochs(ctx, loader.FromStore(store), cfg, st, func(e int) string {
 		if e == 1 {
 			return "agent, cold"

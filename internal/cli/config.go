@@ -1,34 +1,25 @@
-package main
+package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
 )
 
-// dialTimeout bounds reaching the daemon: a socket that accepts but does
-// not answer is a wedged daemon, not a missing one.
-const dialTimeout = 5 * time.Second
-
-// resolveConfig builds the configuration a subcommand runs with: the
+// ResolveConfig builds the configuration a subcommand runs with: the
 // defaults, then the config file (--config), then the flags given on the
 // command line. It reads the file again on every call (serve's reloads).
-func resolveConfig(cmd *cobra.Command, opts *options) (daemon.Config, error) {
+func ResolveConfig(cmd *cobra.Command, opts *Options) (daemon.Config, error) {
 	flags := opts.flagConfig()
-	if opts.configFile == "" {
+	if opts.ConfigFile == "" {
 		flags = withShmDefault(flags)
 		return flags, flags.Validate()
 	}
-	cfg, err := daemon.LoadConfig(opts.configFile)
+	cfg, err := daemon.LoadConfig(opts.ConfigFile)
 	if err != nil {
 		return daemon.Config{}, err
 	}
@@ -84,7 +75,7 @@ func withShmDefault(cfg daemon.Config) daemon.Config {
 		cfg.Tiers.Shm.Dir = ""
 	case shmAuto:
 		cfg.Tiers.Shm.Dir = ""
-		if sameDir(cfg.Tiers.Disk.Dir, defaultCacheDir()) {
+		if SameDir(cfg.Tiers.Disk.Dir, defaultCacheDir()) {
 			cfg.Tiers.Shm.Dir = defaultShmDir()
 		}
 	}
@@ -101,73 +92,48 @@ func defaultShmDir() string {
 }
 
 // flagConfig is the configuration the flag values alone describe.
-func (o *options) flagConfig() daemon.Config {
+func (o *Options) flagConfig() daemon.Config {
 	return daemon.Config{
 		Tiers: daemon.TiersConfig{
-			Disk: daemon.TierConfig{Dir: o.cacheDir, Max: daemon.Size(o.diskMax)},
-			Shm:  daemon.TierConfig{Dir: o.shmDir, Max: daemon.Size(o.shmMax), PromoteHits: o.promoteHits},
+			Disk: daemon.TierConfig{Dir: o.CacheDir, Max: daemon.Size(o.DiskMax)},
+			Shm:  daemon.TierConfig{Dir: o.ShmDir, Max: daemon.Size(o.ShmMax), PromoteHits: o.PromoteHits},
 		},
-		Fetch: daemon.FetchConfig{Endpoint: o.endpoint, Connections: o.connections, Slice: daemon.Size(o.slice),
-			Revalidate: daemon.Duration(o.revalidate)},
-		Control: daemon.ControlConfig{Socket: o.socket},
+		Fetch: daemon.FetchConfig{Endpoint: o.Endpoint, Connections: o.Connections, Slice: daemon.Size(o.Slice),
+			Revalidate: daemon.Duration(o.Revalidate)},
+		Control: daemon.ControlConfig{Socket: o.Socket},
 	}.WithDefaults()
 }
 
-// config returns the resolved configuration, or, for options built
+// Setup sets up logging at level (text on a terminal, JSON otherwise) and
+// resolves the configuration cmd runs with (Resolve). The root commands
+// run it before every subcommand.
+func (o *Options) Setup(cmd *cobra.Command, level string) error {
+	if err := setupLogging(level); err != nil {
+		return err
+	}
+	return o.Resolve(cmd)
+}
+
+// Resolve resolves the configuration cmd runs with (ResolveConfig) and
+// keeps it for Config.
+func (o *Options) Resolve(cmd *cobra.Command) error {
+	cfg, err := ResolveConfig(cmd, o)
+	o.cfg, o.resolved = cfg, err == nil
+	return err
+}
+
+// Config returns the resolved configuration, or, for options built
 // without a command line (tests), the flags' one.
-func (o *options) config() daemon.Config {
+func (o *Options) Config() daemon.Config {
 	if o.resolved {
 		return o.cfg
 	}
 	return withShmDefault(o.flagConfig())
 }
 
-// dialDaemon returns a client of the daemon on the configured socket, or
-// nil if none answers there (the caller works standalone). A daemon that
-// serves another cache directory than an explicit --cache-dir is not used.
-func dialDaemon(cmd *cobra.Command, opts *options) (*control.Client, error) {
-	socket := opts.config().Control.Socket
-	ctx, cancel := context.WithTimeout(cmd.Context(), dialTimeout)
-	defer cancel()
-	c, err := control.Dial(ctx, socket)
-	switch {
-	case errors.Is(err, control.ErrUnavailable):
-		slog.Debug("no daemon answers; working standalone", "socket", socket, "err", err)
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("daemon socket %s: %w", socket, err)
-	}
-	if cmd.Flags().Changed("cache-dir") && !sameDir(c.Info().CacheDir, opts.config().Tiers.Disk.Dir) {
-		slog.Debug("the daemon serves another cache dir; working standalone",
-			"daemon_dir", c.Info().CacheDir, "cache_dir", opts.config().Tiers.Disk.Dir)
-		c.Close()
-		return nil, nil
-	}
-	return c, nil
-}
-
-// sameDir reports whether a and b name the same directory path.
-func sameDir(a, b string) bool {
+// SameDir reports whether a and b name the same directory path.
+func SameDir(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
 	return err1 == nil && err2 == nil && aa == bb
-}
-
-// withCache runs remote through the daemon when one answers, and local on
-// the cache directory otherwise.
-func withCache(cmd *cobra.Command, opts *options, remote func(*control.Client) error, local func(*agent) error) error {
-	c, err := dialDaemon(cmd, opts)
-	if err != nil {
-		return err
-	}
-	if c != nil {
-		defer c.Close()
-		return remote(c)
-	}
-	a, err := openAgent(cmd.Context(), opts)
-	if err != nil {
-		return err
-	}
-	defer a.Close()
-	return local(a)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
@@ -29,11 +30,11 @@ import (
 // benchBucket holds the synthetic dataset in the emulator.
 const benchBucket = "bench"
 
-// benchLoaderConfig sizes `cacheagent bench loader`.
+// benchLoaderConfig sizes `cacheagent-bench loader`.
 type benchLoaderConfig struct {
-	lf           loaderFlags
+	lf           cli.LoaderFlags
 	samples      int
-	sampleBytes  sizeFlag
+	sampleBytes  cli.Size
 	shards       int
 	modes        string
 	epochs       int
@@ -42,7 +43,7 @@ type benchLoaderConfig struct {
 	writeDir     string
 	policy       bool
 	cacheFrac    float64
-	linkRate     sizeFlag
+	linkRate     cli.Size
 	connections  int
 	policyEpochs int
 	policyStep   time.Duration
@@ -52,8 +53,8 @@ type benchLoaderConfig struct {
 	shmParent    string
 }
 
-// newBenchLoaderCmd is `cacheagent bench loader`.
-func newBenchLoaderCmd(opts *options) *cobra.Command {
+// newBenchLoaderCmd is `cacheagent-bench loader`.
+func newBenchLoaderCmd(opts *cli.Options) *cobra.Command {
 	bc := &benchLoaderConfig{samples: 1 << 19, sampleBytes: 1 << 10, shards: 64, modes: "shard-window,global",
 		epochs: 3, cacheFrac: 0.5, linkRate: 50e6, connections: 8, policyEpochs: 4, gpu: gpu.ModeNone,
 		shmParent: "/dev/shm"}
@@ -100,7 +101,7 @@ are host memcpy, not PCIe. auto without a GPU says so in one line and runs witho
 			}
 			defer feed.close()
 			var rep benchLoaderReport
-			if bc.lf.data != "" || bc.lf.manifest != "" {
+			if bc.lf.Data != "" || bc.lf.Manifest != "" {
 				rep, err = benchLoaderData(cmd.Context(), opts, bc, feed.dev)
 			} else {
 				rep, err = benchLoaderSynthetic(cmd.Context(), cmd.ErrOrStderr(), bc, feed.dev)
@@ -110,7 +111,7 @@ are host memcpy, not PCIe. auto without a GPU says so in one line and runs witho
 			}
 			rep.GPU = feed.rep
 			if bc.asJSON {
-				return writeJSON(cmd.OutOrStdout(), rep)
+				return cli.WriteJSON(cmd.OutOrStdout(), rep)
 			}
 			return printBenchLoader(cmd.OutOrStdout(), rep)
 		},
@@ -121,7 +122,7 @@ are host memcpy, not PCIe. auto without a GPU says so in one line and runs witho
 
 // register adds the benchmark's flags to f.
 func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
-	bc.lf.register(f)
+	bc.lf.Register(f)
 	f.IntVar(&bc.samples, "samples", bc.samples, "synthetic dataset: samples")
 	f.Var(&bc.sampleBytes, "sample-bytes", "synthetic dataset: bytes of each sample's x row (y adds 8)")
 	f.IntVar(&bc.shards, "shards", bc.shards, "synthetic dataset: shards")
@@ -141,7 +142,7 @@ func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
 	f.StringVar(&bc.shmParent, "shm-parent", bc.shmParent, "warm runs: the tmpfs directory the shm tier is made in")
 	// The shared --epochs flag means the measured epochs here.
 	f.Lookup("epochs").DefValue, f.Lookup("epochs").Usage = "3", "epochs measured per run"
-	bc.lf.epochs = 3
+	bc.lf.Epochs = 3
 }
 
 // benchDataset is the synthetic dataset: its shape and its objects.
@@ -187,7 +188,7 @@ func openBenchGPU(ctx context.Context, log io.Writer, mode gpu.Mode) (*benchFeed
 	if mode == gpu.ModeNone {
 		return g, nil
 	}
-	b, err := openGPU(ctx, mode)
+	b, err := cli.OpenGPU(ctx, mode)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +383,7 @@ func (bc *benchCache) Close() error {
 	return err
 }
 
-// benchWarm reads the dataset for one warm-up and bc.lf.epochs measured
+// benchWarm reads the dataset for one warm-up and bc.lf.Epochs measured
 // epochs, in shuffle mode mode, from a cache whose shm tier holds it all
 // (fetched and promoted first), feeding dev when it is not nil.
 func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
@@ -392,7 +393,7 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 		return benchLoaderRun{}, err
 	}
 	defer c.Close()
-	cfg, err := bc.loaderConfig(ds, mode, 1+bc.lf.epochs)
+	cfg, err := bc.loaderConfig(ds, mode, 1+bc.lf.Epochs)
 	if err != nil {
 		return benchLoaderRun{}, err
 	}
@@ -424,7 +425,7 @@ func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes
 		return benchLoaderRun{}, err
 	}
 	defer c.Close()
-	cfg, err := bc.loaderConfig(ds, bc.lf.shuffle, bc.policyEpochs)
+	cfg, err := bc.loaderConfig(ds, bc.lf.Shuffle, bc.policyEpochs)
 	if err != nil {
 		return benchLoaderRun{}, err
 	}
@@ -465,8 +466,8 @@ func fitLookahead(cfg loader.Config, budget, bytes int64, shards int) int {
 // loaderConfig returns the loader configuration of a run.
 func (bc *benchLoaderConfig) loaderConfig(ds loader.Dataset, mode string, epochs int) (loader.Config, error) {
 	lf := bc.lf
-	lf.shuffle, lf.epochs = mode, epochs
-	cfg, err := lf.config(ds)
+	lf.Shuffle, lf.Epochs = mode, epochs
+	cfg, err := lf.Config(ds)
 	cfg.Workers, cfg.Prefetch = bc.workers, bc.prefetch
 	return cfg, err
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -6,23 +6,23 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/cacheagent/cacheagent/daemon"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// agent is the standalone wiring of source, downloader and disk tier that the
+// Agent is the standalone wiring of source, downloader and disk tier that the
 // subcommands share. Close releases the cache directory.
-type agent struct {
-	src   *fetch.GCS
-	dl    *fetch.Downloader
-	cache *tier.Cache
+type Agent struct {
+	Source *fetch.GCS // where the cache fills from
+	dl     *fetch.Downloader
+	Cache  *tier.Cache // the cache directory's tiers, locked
 }
 
-// openAgent connects to GCS and opens the cache directory, taking its lock,
-// as the resolved config (opts.config()) says. If another process holds the
-// lock, the error names its pid and the socket where no daemon answered.
-func openAgent(ctx context.Context, opts *options) (*agent, error) {
-	cfg := opts.config()
+// OpenAgent connects to GCS and opens the cache directory, taking its lock,
+// as cfg (the resolved config, Options.Config) says. If another process holds
+// the lock, the error names its pid and the socket where no daemon answered.
+func OpenAgent(ctx context.Context, cfg daemon.Config) (*Agent, error) {
 	src, err := fetch.NewGCS(ctx, cfg.Fetch.GCS())
 	if err != nil {
 		return nil, err
@@ -41,11 +41,11 @@ func openAgent(ctx context.Context, opts *options) (*agent, error) {
 		}
 		return nil, err
 	}
-	return &agent{src: src, dl: dl, cache: cache}, nil
+	return &Agent{Source: src, dl: dl, Cache: cache}, nil
 }
 
 // Close flushes the index and releases the cache directory.
-func (a *agent) Close() error {
-	err := a.cache.Close()
-	return errors.Join(err, a.src.Close())
+func (a *Agent) Close() error {
+	err := a.Cache.Close()
+	return errors.Join(err, a.Source.Close())
 }

@@ -24,23 +24,24 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
-// benchControlConfig sizes `cacheagent bench control`.
+// benchControlConfig sizes `cacheagent-bench control`.
 type benchControlConfig struct {
 	clients    int
 	rate       float64 // status calls per second per client in the paced phase; 0: no paced phase
 	duration   time.Duration
 	objects    int
-	objectSize sizeFlag
+	objectSize cli.Size
 	bigObjects int
-	bigSize    sizeFlag
-	linkRate   sizeFlag
+	bigSize    cli.Size
+	linkRate   cli.Size
 	asJSON     bool
 }
 
-// benchControlReport is what `cacheagent bench control` measures.
+// benchControlReport is what `cacheagent-bench control` measures.
 type benchControlReport struct {
 	// Load has one entry per phase: back to back, then paced.
 	Load          []loadReport `json:"status_load"`
@@ -69,7 +70,7 @@ type loadReport struct {
 	MaxMs          float64 `json:"max_ms"`
 }
 
-func newBenchControlCmd(opts *options) *cobra.Command {
+func newBenchControlCmd(opts *cli.Options) *cobra.Command {
 	bc := &benchControlConfig{clients: 100, duration: 10 * time.Second, objects: 100_000, objectSize: 1 << 10,
 		rate: 20, bigObjects: 16, bigSize: 64 << 20, linkRate: 1e6}
 	cmd := &cobra.Command{
@@ -281,12 +282,13 @@ type benchDaemon struct {
 	err    error
 }
 
-// startBenchDaemon starts `cacheagent serve` on a config in dir and waits
-// for its READY=1 on a notify socket.
+// startBenchDaemon starts `cacheagent serve` (found by cli.LookPath) on a
+// config in dir and waits for its READY=1 on a notify socket.
 func startBenchDaemon(ctx context.Context, dir, endpoint string) (*benchDaemon, error) {
-	exe, err := os.Executable()
+	exe, err := cli.LookPath("cacheagent")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("bench control: the daemon it measures, cacheagent, is neither beside "+
+			"cacheagent-bench nor on PATH; build it beside it: go build -o DIR/cacheagent ./cmd/cacheagent: %w", err)
 	}
 	sock := filepath.Join(dir, "control.sock")
 	cfg := fmt.Sprintf("tiers: {disk: {dir: %q}}\nfetch: {endpoint: %q}\ncontrol: {socket: %q}\n"+

@@ -16,12 +16,13 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/gpufeed"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
-// benchLoaderReport is what `cacheagent bench loader` measures.
+// benchLoaderReport is what `cacheagent-bench loader` measures.
 type benchLoaderReport struct {
 	Dataset benchDatasetReport `json:"dataset"`
 	// MemcpyGBps is one core's copy bandwidth, 64 MiB buffer to buffer:
@@ -323,18 +324,18 @@ func (m *memcpyMeter) median() float64 {
 // benchLoaderData reads the dataset of --data or --manifest through the
 // cache of the flags (standalone) for --epochs epochs, feeding dev when it
 // is not nil.
-func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, dev gpu.Device) (benchLoaderReport, error) {
+func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConfig, dev gpu.Device) (benchLoaderReport, error) {
 	var rep benchLoaderReport
-	a, err := openAgent(ctx, opts)
+	a, err := cli.OpenAgent(ctx, opts.Config())
 	if err != nil {
 		return rep, err
 	}
 	defer a.Close()
-	ds, err := bc.lf.dataset(ctx, a.src)
+	ds, err := bc.lf.Dataset(ctx, a.Source)
 	if err != nil {
 		return rep, err
 	}
-	bytes, err := datasetBytes(ctx, a.src, ds)
+	bytes, err := datasetBytes(ctx, a.Source, ds)
 	if err != nil {
 		return rep, err
 	}
@@ -342,15 +343,15 @@ func benchLoaderData(ctx context.Context, opts *options, bc *benchLoaderConfig, 
 	rep.Dataset = benchDatasetReport{Samples: n, Shards: len(rows), Bytes: bytes}
 	mm := newMemcpyMeter()
 	mm.sample(5)
-	cfg, err := bc.loaderConfig(ds, bc.lf.shuffle, bc.lf.epochs)
+	cfg, err := bc.loaderConfig(ds, bc.lf.Shuffle, bc.lf.Epochs)
 	if err != nil {
 		return rep, err
 	}
-	cfg.Planner, cfg.Stager = a.cache, a.cache.Stager()
-	store := mmapstore.New(a.cache.Opener(), mmapstore.Config{MaxIdleMappings: -1})
+	cfg.Planner, cfg.Stager = a.Cache, a.Cache.Stager()
+	store := mmapstore.New(a.Cache.Opener(), mmapstore.Config{MaxIdleMappings: -1})
 	defer store.Close()
-	run, err := measure(ctx, &benchCache{cache: a.cache, store: store}, cfg, dev, bytes, 0, 0)
-	run.Name = bc.lf.data + bc.lf.manifest
+	run, err := measure(ctx, &benchCache{cache: a.Cache, store: store}, cfg, dev, bytes, 0, 0)
+	run.Name = bc.lf.Data + bc.lf.Manifest
 	mm.sample(5)
 	rep.MemcpyGBps = mm.median()
 	run.against(rep.MemcpyGBps)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/daemon"
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
@@ -40,18 +43,18 @@ const (
 type demoConfig struct {
 	shards      int
 	samples     int
-	sampleBytes sizeFlag
+	sampleBytes cli.Size
 	batch       int
 	epochs      int
 	step        time.Duration
-	linkRate    sizeFlag
+	linkRate    cli.Size
 	firstByte   time.Duration
 	keep        bool
 	// connections is the agent's budget, resolved in RunE.
 	connections int
 }
 
-func newDemoCmd(opts *options) *cobra.Command {
+func newDemoCmd(opts *cli.Options) *cobra.Command {
 	dc := &demoConfig{shards: 12, samples: 48000, sampleBytes: 16 << 10, batch: 256, epochs: 3,
 		linkRate: 100e6, firstByte: 20 * time.Millisecond}
 	cmd := &cobra.Command{
@@ -78,8 +81,8 @@ a time (the loader's lookahead).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dc.connections = demoConnections
-			if cmd.Flags().Changed("connections") || opts.configFile != "" {
-				dc.connections = opts.config().Fetch.Connections
+			if cmd.Flags().Changed("connections") || opts.ConfigFile != "" {
+				dc.connections = opts.Config().Fetch.Connections
 			}
 			return runDemo(cmd.Context(), cmd.OutOrStdout(), opts, dc)
 		},
@@ -150,7 +153,7 @@ func newDemoData(dc *demoConfig) (*demoData, error) {
 }
 
 // runDemo runs the demo and prints its report on w.
-func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) (err error) {
+func runDemo(ctx context.Context, w io.Writer, opts *cli.Options, dc *demoConfig) (err error) {
 	if err := dc.validate(); err != nil {
 		return err
 	}
@@ -179,16 +182,16 @@ func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) (e
 		dc.connections)
 	fmt.Fprintf(w, "agent: %d connections, %s slices, objects up to %s on a lane of their own; "+
 		"a prefetch in the loader's order runs alongside it\n", dc.connections,
-		humanize.IBytes(uint64(opts.config().Fetch.Slice)), humanize.IBytes(uint64(opts.config().Fetch.SmallObject)))
-	fmt.Fprintf(w, "cache: disk %s, shm %s\n", dirs.cache, orNone(dirs.shm))
+		humanize.IBytes(uint64(opts.Config().Fetch.Slice)), humanize.IBytes(uint64(opts.Config().Fetch.SmallObject)))
+	fmt.Fprintf(w, "cache: disk %s, shm %s\n", dirs.cache, cmp.Or(dirs.shm, "none"))
 	fmt.Fprintf(w, "loader: batches of %d, shard-window shuffle; the consumer %s\n\n", dc.batch, consumerNote(dc.step))
 
-	a, err := openAgent(ctx, dirs.options(opts, srv.Endpoint(), dc.connections))
+	a, err := cli.OpenAgent(ctx, dirs.config(opts.Config(), srv.Endpoint(), dc.connections))
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	ds, err := loader.FromPattern(ctx, a.src, demoBucket, demoPrefix, synth.Pattern)
+	ds, err := loader.FromPattern(ctx, a.Source, demoBucket, demoPrefix, synth.Pattern)
 	if err != nil {
 		return fmt.Errorf("demo: list the dataset: %w", err)
 	}
@@ -202,7 +205,7 @@ func runDemo(ctx context.Context, w io.Writer, opts *options, dc *demoConfig) (e
 	// scavenger work through it during the next reader's epochs (the
 	// direct reader leaves a copy of every shard it read behind).
 	debug.FreeOSMemory()
-	if err := run.runDirect(ctx, a.src); err != nil {
+	if err := run.runDirect(ctx, a.Source); err != nil {
 		return err
 	}
 	debug.FreeOSMemory()
@@ -255,22 +258,13 @@ func makeDemoDirs(w io.Writer, keep bool) (*demoDirs, error) {
 	return d, nil
 }
 
-// options returns opts with the demo's emulator, directories and
+// config returns cfg with the demo's emulator, directories and
 // connections in place of what the flags and config file said.
-func (d *demoDirs) options(opts *options, endpoint string, conns int) *options {
-	o := *opts
-	shm := d.shm
-	if shm == "" {
-		shm = "none"
-	}
-	o.endpoint, o.cacheDir, o.shmDir, o.shmMax, o.diskMax, o.connections = endpoint, d.cache, shm, 0, 0, conns
-	if o.resolved {
-		c := &o.cfg
-		c.Fetch.Endpoint, c.Fetch.Connections = endpoint, conns
-		c.Tiers.Disk.Dir, c.Tiers.Disk.Max = d.cache, 0
-		c.Tiers.Shm.Dir, c.Tiers.Shm.Max = d.shm, 0
-	}
-	return &o
+func (d *demoDirs) config(cfg daemon.Config, endpoint string, conns int) daemon.Config {
+	cfg.Fetch.Endpoint, cfg.Fetch.Connections = endpoint, conns
+	cfg.Tiers.Disk.Dir, cfg.Tiers.Disk.Max = d.cache, 0
+	cfg.Tiers.Shm.Dir, cfg.Tiers.Shm.Max = d.shm, 0
+	return cfg
 }
 
 // remove removes the directories unless they are to be kept.

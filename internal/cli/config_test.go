@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"testing"
@@ -6,14 +6,14 @@ import (
 	"github.com/cacheagent/cacheagent/daemon"
 )
 
-// FuzzSizeFlag checks that size parsing never panics and never yields a
+// FuzzSize checks that size parsing never panics and never yields a
 // negative size.
-func FuzzSizeFlag(f *testing.F) {
+func FuzzSize(f *testing.F) {
 	for _, s := range []string{"300GiB", "32MiB", "1.5GB", "0", "1048576", "-1", "1e30", "9EiB", ""} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var v sizeFlag
+		var v Size
 		if err := v.Set(s); err == nil && v < 0 {
 			t.Fatalf("Set(%q) = %d; want a non-negative size", s, v)
 		}

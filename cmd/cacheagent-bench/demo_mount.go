@@ -12,6 +12,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/mount"
 )
 
@@ -19,11 +20,11 @@ import (
 // the mount, checks it against the object's bytes and unmounts. It returns
 // the line to print: what it read, or why FUSE was skipped (no FUSE here is
 // not an error; different bytes are).
-func demoMount(ctx context.Context, a *agent, mnt string, want fakestorage.Object) (line string, err error) {
+func demoMount(ctx context.Context, a *cli.Agent, mnt string, want fakestorage.Object) (line string, err error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return fmt.Sprintf("mount: skipped: no FUSE here (%v)", err), nil
 	}
-	srv, err := mount.Mount(ctx, mnt, mount.Config{Cache: a.cache, Source: a.src,
+	srv, err := mount.Mount(ctx, mnt, mount.Config{Cache: a.Cache, Source: a.Source,
 		Roots: []mount.Root{{Bucket: demoBucket, Prefix: demoPrefix}}, Logger: slog.Default()})
 	if err != nil {
 		return fmt.Sprintf("mount: skipped: FUSE mount failed (%v)", err), nil

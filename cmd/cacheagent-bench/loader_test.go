@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/cacheagent/cacheagent/loader/synth"
 )
 
 // TestBenchLoaderGPUFake feeds the warm run's batches to the fake GPU: the
@@ -16,8 +19,7 @@ func TestBenchLoaderGPUFake(t *testing.T) {
 	if _, err := os.Stat("/dev/shm"); err != nil {
 		t.Skip("no /dev/shm")
 	}
-	opts := inspectOptions(t, "")
-	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "2048", "--shards", "8",
+	out, err := runBench(t, "", "loader", "--json", "--samples", "2048", "--shards", "8",
 		"--sample-bytes", "256", "--batch", "64", "--epochs", "2", "--modes", "shard-window", "--gpu", "fake")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +47,7 @@ func TestBenchLoaderGPUFake(t *testing.T) {
 	}
 
 	// --gpu none (the default) keeps the report as it was.
-	out, err = runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "1024", "--shards", "4",
+	out, err = runBench(t, "", "loader", "--json", "--samples", "1024", "--shards", "4",
 		"--sample-bytes", "64", "--batch", "64", "--epochs", "1", "--modes", "global")
 	if err != nil {
 		t.Fatal(err)
@@ -68,8 +70,7 @@ func TestBenchLoaderOneCore(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(parent) })
 	procs := runtime.GOMAXPROCS(0)
-	opts := inspectOptions(t, "")
-	out, err := runCmd(t, opts, newBenchLoaderCmd(opts), "--json", "--samples", "2048", "--shards", "8",
+	out, err := runBench(t, "", "loader", "--json", "--samples", "2048", "--shards", "8",
 		"--sample-bytes", "256", "--batch", "64", "--epochs", "1", "--modes", "shard-window", "--one-core",
 		"--shm-parent", parent)
 	if err != nil {
@@ -109,6 +110,64 @@ func TestBenchLoaderOneCore(t *testing.T) {
 	var table bytes.Buffer
 	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "GOMAXPROCS=1") ||
 		!strings.Contains(table.String(), "END TO END") {
+		t.Errorf("table: %v\n%s", err, table.String())
+	}
+}
+
+func TestBenchLoader(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	dir := t.TempDir()
+	out, err := runBench(t, "", "loader", "--json", "--samples", "4096", "--shards", "16",
+		"--sample-bytes", "256", "--batch", "64", "--epochs", "1", "--policy", "--policy-epochs", "2",
+		"--link-rate", "1GB", "--window", "2", "--write-dir", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if rep.Dataset.Samples != 4096 || rep.MemcpyGBps <= 0 || len(rep.Runs) != 4 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Runs {
+		if r.Epochs != 1 || r.SamplesPerSec <= 0 || r.HitRatio < 0 || r.HitRatio > 1 {
+			t.Errorf("run %+v", r)
+		}
+	}
+	if w := rep.Runs[0]; w.BytesReadPerEpoch != 0 || w.GatherGBps <= 0 {
+		t.Errorf("warm run read %v bytes per epoch (want 0), gathered at %v GB/s", w.BytesReadPerEpoch, w.GatherGBps)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "bench", "train", "shard-*.npy"))
+	if len(files) != 32 {
+		t.Errorf("--write-dir wrote %d files; want 32", len(files))
+	}
+}
+
+func TestBenchLoaderData(t *testing.T) {
+	data := synth.Uniform(4, 50, 32)
+	s := synthEmulator(t, data)
+	out, err := runBench(t, s.Endpoint(), "loader", "--data", "gs://bkt/train/", "--batch", "16",
+		"--epochs", "2", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep benchLoaderReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(rep.Runs) != 1 || rep.Runs[0].Epochs != 2 || rep.Dataset.Samples != 200 || rep.Dataset.Bytes == 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	// Two epochs through a cache that starts empty and holds it all: the
+	// dataset is read once.
+	if r := rep.Runs[0]; r.BytesReadPerEpoch*2 != float64(rep.Dataset.Bytes) {
+		t.Errorf("read %v bytes per epoch; want half the dataset's %d", r.BytesReadPerEpoch, rep.Dataset.Bytes)
+	}
+	var table bytes.Buffer
+	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "gs://bkt/train/") {
 		t.Errorf("table: %v\n%s", err, table.String())
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // loadMemoryLimit bounds the load generator's heap; see quietGC.
@@ -40,7 +41,7 @@ func quietGC() {
 // newBenchControlLoadCmd is the load generator of `bench control`, run as
 // its own process so that the emulator's large heap (and its garbage
 // collection) in the parent does not delay the clients being timed.
-func newBenchControlLoadCmd(opts *options) *cobra.Command {
+func newBenchControlLoadCmd(opts *cli.Options) *cobra.Command {
 	var (
 		clients  int
 		rate     float64
@@ -53,7 +54,7 @@ func newBenchControlLoadCmd(opts *options) *cobra.Command {
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			quietGC()
-			lr, err := statusPhase(cmd.Context(), opts.config().Control.Socket, clients, rate, duration)
+			lr, err := statusPhase(cmd.Context(), opts.Config().Control.Socket, clients, rate, duration)
 			if err != nil {
 				return err
 			}
@@ -73,7 +74,7 @@ func runLoadChild(ctx context.Context, socket string, clients int, rate float64,
 	if err != nil {
 		return loadReport{}, err
 	}
-	cmd := exec.CommandContext(ctx, exe, "bench", "control-load", "--socket", socket,
+	cmd := exec.CommandContext(ctx, exe, "control-load", "--socket", socket,
 		"--clients", strconv.Itoa(clients), "--rate", strconv.FormatFloat(rate, 'g', -1, 64),
 		"--duration", d.String())
 	var out bytes.Buffer

@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/synth"
+)
+
+// maxManifest bounds a manifest file read by --manifest.
+const maxManifest = 256 << 20
+
+// LoaderFlags say which dataset a loader reads and in which order: the
+// flags of `cacheagent loader ids` and `cacheagent-bench loader`.
+type LoaderFlags struct {
+	Data        string
+	Pattern     string
+	Manifest    string
+	Batch       int
+	Seed        uint64
+	Epoch       int
+	Epochs      int
+	Rank        int
+	World       int
+	Shuffle     string
+	Window      int
+	Tail        string
+	DropLast    bool
+	ResumeBatch int
+}
+
+// Register adds the flags to fs.
+func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.Data, "data", "", "the dataset's prefix, gs://BUCKET/PREFIX (with --pattern)")
+	fs.StringVar(&f.Pattern, "pattern", synth.Pattern, "shard file pattern under --data: one * names the shard, {a,b} the arrays")
+	fs.StringVar(&f.Manifest, "manifest", "", "a JSON manifest file listing the shards (instead of --data)")
+	fs.IntVar(&f.Batch, "batch", 256, "samples per batch")
+	fs.Uint64Var(&f.Seed, "seed", 0, "shuffle seed")
+	fs.IntVar(&f.Epoch, "epoch", 0, "first epoch")
+	fs.IntVar(&f.Epochs, "epochs", 1, "number of epochs")
+	fs.IntVar(&f.Rank, "rank", 0, "this rank")
+	fs.IntVar(&f.World, "world", 1, "number of ranks")
+	fs.StringVar(&f.Shuffle, "shuffle", sampler.ShardWindow.String(), "shuffle mode: shard-window, global or sequential")
+	fs.IntVar(&f.Window, "window", sampler.DefaultWindow, "shard-window mode's window, in shards")
+	fs.StringVar(&f.Tail, "tail", sampler.Wrap.String(), "evening an epoch out across ranks: wrap (pad with repeats) or drop")
+	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
+	fs.IntVar(&f.ResumeBatch, "resume-batch", 0, "start at this batch of --epoch (a resumed run)")
+}
+
+// Dataset builds the dataset from --data and --pattern, or --manifest,
+// reading headers from src.
+func (f *LoaderFlags) Dataset(ctx context.Context, src fetch.Source) (loader.Dataset, error) {
+	switch {
+	case (f.Data == "") == (f.Manifest == ""):
+		return loader.Dataset{}, fmt.Errorf("give either --data gs://BUCKET/PREFIX or --manifest FILE")
+	case f.Manifest != "":
+		b, err := readLimited(f.Manifest, maxManifest)
+		if err != nil {
+			return loader.Dataset{}, err
+		}
+		d, err := loader.ParseManifest(b)
+		if err != nil {
+			return loader.Dataset{}, fmt.Errorf("%s: %w", f.Manifest, err)
+		}
+		return d.Resolve(ctx, src)
+	}
+	u, err := fetch.ParsePrefix(f.Data)
+	if err != nil {
+		return loader.Dataset{}, err
+	}
+	return loader.FromPattern(ctx, src, u.Bucket, u.Path, f.Pattern)
+}
+
+// readLimited reads a file of at most max bytes.
+func readLimited(path string, max int64) ([]byte, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s: %d bytes; at most %d", path, fi.Size(), max)
+	}
+	return os.ReadFile(path)
+}
+
+// Config returns the loader configuration the flags describe, for ds.
+func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
+	mode, err := sampler.ParseMode(f.Shuffle)
+	if err != nil {
+		return loader.Config{}, fmt.Errorf("--shuffle: %w", err)
+	}
+	var tail sampler.Tail
+	switch f.Tail {
+	case sampler.Wrap.String():
+	case sampler.Drop.String():
+		tail = sampler.Drop
+	default:
+		return loader.Config{}, fmt.Errorf("--tail %q: want wrap or drop", f.Tail)
+	}
+	cfg := loader.Config{Dataset: ds, BatchSize: f.Batch, DropLast: f.DropLast, Shuffle: mode, Seed: f.Seed,
+		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
+	if f.ResumeBatch != 0 {
+		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
+	}
+	return cfg, nil
+}
