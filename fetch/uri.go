@@ -85,3 +85,12 @@ func ParsePrefix(s string) (URI, error) {
 	}
 	return u, err
 }
+
+// ParseObject is ParseURI for an object: the path must name one.
+func ParseObject(s string) (Object, error) {
+	u, err := ParseURI(s)
+	if err != nil {
+		return Object{}, err
+	}
+	return u.Object()
+}

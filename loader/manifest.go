@@ -84,11 +84,7 @@ func parseShard(names []string, sh map[string]json.RawMessage) (Group, error) {
 		if err := json.Unmarshal(v, &uri); err != nil {
 			return Group{}, fmt.Errorf("array %s: want a gs:// URI string: %w", k, err)
 		}
-		u, err := fetch.ParseURI(uri)
-		if err != nil {
-			return Group{}, fmt.Errorf("array %s: %w", k, err)
-		}
-		o, err := u.Object()
+		o, err := fetch.ParseObject(uri)
 		if err != nil {
 			return Group{}, fmt.Errorf("array %s: %w", k, err)
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -346,7 +347,7 @@ func coldMountRead(b *testing.B, c Cache, src Lister, attrs []fetch.Attrs, disab
 	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1, DisablePassthrough: disable}
 	srv, err := Mount(context.Background(), filepath.Join(b.TempDir(), "mnt"), cfg)
 	if err != nil {
-		cannot(b, "mount: %v", err)
+		testenv.Cannot(b, "mount: %v", err)
 	}
 	defer func() {
 		if err := srv.Unmount(); err != nil {

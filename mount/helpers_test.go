@@ -20,28 +20,19 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/tier"
 )
-
-// cannot skips a test that needs something this machine lacks (FUSE,
-// privileges, numpy), or fails it in CI, where everything must be there.
-func cannot(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
-}
 
 // requireFUSE checks that this process can mount FUSE filesystems.
 func requireFUSE(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		cannot(t, "no FUSE device: %v", err)
+		testenv.Cannot(t, "no FUSE device: %v", err)
 	}
 	if os.Geteuid() != 0 {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
-			cannot(t, "not root and no fusermount3 (apt-get install fuse3): %v", err)
+			testenv.Cannot(t, "not root and no fusermount3 (apt-get install fuse3): %v", err)
 		}
 	}
 }
@@ -121,7 +112,7 @@ func mountAt(t testing.TB, mp string, cfg Config, seams func(*FS)) *Server {
 	}
 	srv, err := mountFS(context.Background(), mp, f)
 	if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENODEV) {
-		cannot(t, "cannot mount FUSE here: %v", err)
+		testenv.Cannot(t, "cannot mount FUSE here: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 )
 
 // gate stalls the emulator's media GETs until it is opened; started is
@@ -45,7 +46,7 @@ func (g *gate) open() { g.releaseOnce.Do(func() { close(g.release) }) }
 func TestInterruptedOpen(t *testing.T) {
 	cat, err := exec.LookPath("cat")
 	if err != nil {
-		cannot(t, "no cat: %v", err)
+		testenv.Cannot(t, "no cat: %v", err)
 	}
 	data := emulator.Pattern(3, 100<<10)
 	g := newGate()

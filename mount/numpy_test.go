@@ -18,10 +18,8 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 )
-
-// python is Debian's interpreter, whose numpy comes from python3-numpy.
-const python = "/usr/bin/python3"
 
 // npyScript loads each .npy file named on the command line with
 // mmap_mode='r' and prints its type, dtype, shape and the SHA-256 of its data.
@@ -73,9 +71,7 @@ func newNPY(name, descr string, size int, shape []int, put func(b []byte, i int)
 // TestNumpyMmapThroughMount has numpy map .npy files on the mount, in both
 // read modes.
 func TestNumpyMmapThroughMount(t *testing.T) {
-	if out, err := exec.Command(python, "-c", "import numpy").CombinedOutput(); err != nil {
-		cannot(t, "%s with numpy is needed (apt-get install python3-numpy): %v: %s", python, err, out)
-	}
+	testenv.NeedPython(t, "numpy")
 	files := []npyFile{
 		newNPY("train/x.npy", "<f4", 4, []int{64, 33}, func(b []byte, i int) {
 			binary.LittleEndian.PutUint32(b, math.Float32bits(float32(i)*0.5))
@@ -107,7 +103,7 @@ func TestNumpyMmapThroughMount(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			var stderr bytes.Buffer
-			cmd := exec.CommandContext(ctx, python, args...)
+			cmd := exec.CommandContext(ctx, testenv.Python, args...)
 			cmd.Stderr = &stderr
 			out, err := cmd.Output()
 			if err != nil {

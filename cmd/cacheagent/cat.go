@@ -23,11 +23,7 @@ generation is re-checked against GCS when it was last checked longer ago than
 --revalidate (0: always), and a newer generation replaces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := fetch.ParseURI(args[0])
-			if err != nil {
-				return err
-			}
-			o, err := u.Object()
+			o, err := fetch.ParseObject(args[0])
 			if err != nil {
 				return err
 			}

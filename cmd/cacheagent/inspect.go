@@ -70,11 +70,7 @@ each tensor's name, dtype, shape and offsets. The format is recognised by conten
 then by name. A malformed file fails with the reason.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := fetch.ParseURI(args[0])
-			if err != nil {
-				return err
-			}
-			o, err := u.Object()
+			o, err := fetch.ParseObject(args[0])
 			if err != nil {
 				return err
 			}
@@ -87,7 +83,7 @@ then by name. A malformed file fails with the reason.`,
 				return err
 			})
 			if err != nil {
-				return fmt.Errorf("inspect %s: %w", u, err)
+				return fmt.Errorf("inspect %s: %w", o, err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())

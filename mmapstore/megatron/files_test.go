@@ -4,17 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 	"unsafe"
 
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
-
-// python is Debian's interpreter, whose numpy comes from python3-numpy.
-const python = "/usr/bin/python3"
 
 // expectation is one dataset of expect.json, written by
 // testdata/write_megatron.py from what numpy reads back.
@@ -181,23 +178,8 @@ func TestCommittedFiles(t *testing.T) {
 
 // TestWrittenByPython runs write_megatron.py now and reads what it writes.
 func TestWrittenByPython(t *testing.T) {
-	if out, err := exec.Command(python, "-c", "import numpy").CombinedOutput(); err != nil {
-		cannot(t, "%s with numpy is needed (apt-get install python3-numpy): %v: %s", python, err, out)
-	}
+	testenv.NeedPython(t, "numpy")
 	dir := t.TempDir()
-	cmd := exec.Command(python, filepath.Join("testdata", "write_megatron.py"), dir)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("write_megatron.py: %v\n%s", err, out)
-	}
+	testenv.RunPython(t, filepath.Join("testdata", "write_megatron.py"), dir)
 	checkDir(t, dir)
-}
-
-// cannot skips a test that needs something this machine lacks, or fails it
-// in CI, where everything must be there.
-func cannot(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }

@@ -6,17 +6,14 @@ import (
 	"errors"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"unsafe"
 
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
-
-// python is Debian's interpreter, whose numpy comes from python3-numpy.
-const python = "/usr/bin/python3"
 
 // expectation is one file of expect.json, written by testdata/write_tokens.py
 // from what numpy reads back.
@@ -145,24 +142,10 @@ func TestCommittedFiles(t *testing.T) {
 
 // TestWrittenByPython runs write_tokens.py now and reads what it writes.
 func TestWrittenByPython(t *testing.T) {
-	if out, err := exec.Command(python, "-c", "import numpy").CombinedOutput(); err != nil {
-		cannot(t, "%s with numpy is needed (apt-get install python3-numpy): %v: %s", python, err, out)
-	}
+	testenv.NeedPython(t, "numpy")
 	dir := t.TempDir()
-	if out, err := exec.Command(python, filepath.Join("testdata", "write_tokens.py"), dir).CombinedOutput(); err != nil {
-		t.Fatalf("write_tokens.py: %v\n%s", err, out)
-	}
+	testenv.RunPython(t, filepath.Join("testdata", "write_tokens.py"), dir)
 	checkDir(t, dir)
-}
-
-// cannot skips a test that needs something this machine lacks, or fails it
-// in CI, where everything must be there.
-func cannot(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
 
 // shard returns an llm.c shard with the given header values and n bytes of

@@ -6,14 +6,12 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
-)
 
-// python is Debian's interpreter.
-const python = "/usr/bin/python3"
+	"github.com/cacheagent/cacheagent/internal/testenv"
+)
 
 // expectation is one shard of expect.json, written by
 // testdata/write_webdataset.py from what tarfile reads back.
@@ -128,22 +126,8 @@ func TestCommittedFiles(t *testing.T) {
 
 // TestWrittenByPython runs write_webdataset.py now and reads what it writes.
 func TestWrittenByPython(t *testing.T) {
-	if out, err := exec.Command(python, "-c", "import tarfile").CombinedOutput(); err != nil {
-		cannot(t, "%s is needed: %v: %s", python, err, out)
-	}
+	testenv.NeedPython(t, "tarfile")
 	dir := t.TempDir()
-	if out, err := exec.Command(python, filepath.Join("testdata", "write_webdataset.py"), dir).CombinedOutput(); err != nil {
-		t.Fatalf("write_webdataset.py: %v\n%s", err, out)
-	}
+	testenv.RunPython(t, filepath.Join("testdata", "write_webdataset.py"), dir)
 	checkDir(t, dir)
-}
-
-// cannot skips a test that needs something this machine lacks, or fails it
-// in CI, where everything must be there.
-func cannot(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }
