@@ -26,6 +26,24 @@
 // than 255 bytes. If an object's name is also a directory (objects "a" and
 // "a/b"), the directory wins and the object "a" is left out the same way.
 //
+// # Dynamic buckets
+//
+// A mount configured with no roots is dynamic, as gcsfuse's is: it shows
+// any bucket, in full, from the first lookup of its name. That lookup first
+// checks the name against GCS's bucket naming rules (3 to 222 bytes of
+// lower-case letters, digits, '-', '_' and '.', starting and ending with a
+// letter or digit), so that "..", names with NUL or '/', over-long names and
+// the names tools probe for (".Trash-0", "HEAD") are ENOENT without a
+// request; then it asks the source for the bucket's first object (one List
+// request; concurrent lookups of a name share it). A bucket that does not
+// exist is ENOENT, and is believed missing for the ListTTL (DefaultListTTL
+// if that is forever; at most 1024 names are remembered); other failures
+// give EIO and are not remembered. A bucket found is then served exactly
+// like a configured root with an empty prefix, and stays for the life of
+// the mount. Listing the mount's root shows the buckets found so far: a
+// dynamic mount cannot list all buckets. A mount with roots is never
+// dynamic: other names at its root are ENOENT.
+//
 // # Listings
 //
 // Each bucket is listed (flat, by prefix, through Config.Source) on first
@@ -85,8 +103,8 @@
 // # Concurrency
 //
 // Every method of FS and Server is safe for concurrent use. FS.mu guards the
-// open handles and background listings, bucketView.mu a bucket's current
-// listing; neither is held during I/O, and they are never held together.
+// open handles, background listings and (dynamic mounts) the buckets found
+// and found missing, bucketView.mu a bucket's current listing; neither is held during I/O, and they are never held together.
 //
 // # Deadlocks
 //
@@ -99,5 +117,5 @@
 //
 // Errors returned to the kernel are mapped here with errors.Is: an
 // interrupted request gives EINTR, a vanished generation ESTALE, a missing
-// bucket ENOENT, a full cache ENOSPC, anything else EIO (and is logged).
+// bucket ENOENT (a bucket name that cannot exist too, without a request), a full cache ENOSPC, anything else EIO (and is logged).
 package mount

@@ -18,7 +18,8 @@ const (
 	blockSize = 128 << 10
 )
 
-// rootNode is the mount's root: one directory per configured bucket.
+// rootNode is the mount's root: one directory per configured bucket, or in
+// a dynamic mount per bucket found so far.
 type rootNode struct {
 	fs.Inode
 	readOnly
@@ -54,19 +55,21 @@ var (
 	_ fs.NodeOpener    = (*fileNode)(nil)
 )
 
-// Lookup finds a bucket.
+// Lookup finds a bucket; in a dynamic mount, the first lookup of a name
+// checks that the bucket exists at the source.
 func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	b := n.f.buckets[name]
-	if b == nil {
-		return nil, syscall.ENOENT
+	b, en := n.f.bucket(ctx, name)
+	if en != 0 {
+		return nil, en
 	}
 	return n.f.newDir(ctx, &n.Inode, b, "", out), 0
 }
 
-// Readdir lists the buckets.
+// Readdir lists the buckets: in a dynamic mount, those found so far.
 func (n *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	es := make([]fuse.DirEntry, len(n.f.bucketNames))
-	for i, b := range n.f.bucketNames {
+	names := n.f.bucketNames()
+	es := make([]fuse.DirEntry, len(names))
+	for i, b := range names {
 		es[i] = fuse.DirEntry{Name: b, Mode: syscall.S_IFDIR, Ino: dirIno(b, "")}
 	}
 	return fs.NewListDirStream(es), 0

@@ -25,7 +25,7 @@ func newMountCmd(opts *options) *cobra.Command {
 		passthrough bool
 	)
 	cmd := &cobra.Command{
-		Use:   "mount MOUNTPOINT gs://BUCKET[/PREFIX]...",
+		Use:   "mount MOUNTPOINT [gs://BUCKET[/PREFIX]...]",
 		Short: "Serve cached objects as read-only files at MOUNTPOINT (FUSE, foreground)",
 		Long: `mount shows the objects under each gs://BUCKET[/PREFIX] as read-only files at
 MOUNTPOINT/BUCKET/<object name>; directories come from the '/' in the names. Opening
@@ -35,13 +35,18 @@ kernel allows it. Buckets are listed again when their listing is older than
 --list-ttl. Object names that cannot be paths ("a//b", "../x", NUL, a segment over
 255 bytes) are left out and logged once.
 
+With no gs:// arguments the mount is dynamic, like gcsfuse's: MOUNTPOINT/BUCKET
+shows any bucket that exists (checked at its first lookup, with one listing request);
+listing MOUNTPOINT shows the buckets looked up so far, as it cannot list them all.
+
 mount runs in the foreground until SIGINT or SIGTERM, then unmounts. If files are
 still open it detaches the mount (the mountpoint is free at once) and serves them
 until they are closed, or until a second signal. A stale mount left at MOUNTPOINT
 by a crashed mount is cleared at start.`,
 		Example: `  cacheagent mount /mnt/gcs gs://my-bucket/train/ gs://my-bucket/val/
+  cacheagent mount /mnt/gcs    # dynamic: /mnt/gcs/<any bucket>/...
   python -c 'import numpy; print(numpy.load("/mnt/gcs/my-bucket/train/x.npy", mmap_mode="r").shape)'`,
-		Args: cobra.MinimumNArgs(2),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			roots, err := parseRoots(args[1:])
 			if err != nil {
@@ -65,8 +70,12 @@ by a crashed mount is cleared at start.`,
 			if err != nil {
 				return err
 			}
+			what := strings.Join(args[1:], " ")
+			if what == "" {
+				what = "any bucket (dynamic)"
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "cacheagent: serving %s at %s (passthrough: %v); SIGINT or SIGTERM unmounts\n",
-				strings.Join(args[1:], " "), srv.Mountpoint(), srv.Passthrough())
+				what, srv.Mountpoint(), srv.Passthrough())
 			return serveMount(ctx, srv, cmd.ErrOrStderr())
 		},
 	}
