@@ -48,8 +48,10 @@
 //
 // Each bucket is listed (flat, by prefix, through Config.Source) on first
 // use and again when its listing is older than Config.ListTTL at the next
-// lookup or readdir; the kernel caches names and attributes for the same
-// TTL, so a change in the bucket shows within about twice the TTL. A
+// lookup or readdir; the kernel caches names for the same TTL, so a change
+// in the bucket shows within about twice the TTL (an overwritten object
+// that was looked up already: within the TTL, as its listing is older than
+// the kernel's entry). A
 // negative TTL lists once and never again. Concurrent users of an expired
 // listing share one listing run, which continues if the caller that started
 // it is interrupted. If listing fails, the previous listing is served (and
@@ -80,6 +82,18 @@
 // file's descriptor (reads of up to 1 MiB), and the kernel keeps the pages
 // cached across opens (FOPEN_KEEP_CACHE; objects never change within a
 // generation). Closing a file costs no round trip (FOPEN_NOFLUSH).
+//
+// # Kernel caching
+//
+// The kernel caches names (entries) for the ListTTL, and failed lookups
+// for as long. Attributes it caches for ever: a file's never change (a new
+// generation is a new inode, reached by a new lookup once the name's entry
+// expires) and directories' are fixed. File pages stay cached across opens
+// (FOPEN_KEEP_CACHE). What is left per open of a file whose name is cached
+// is the open itself: a round trip to this process (and the release after
+// close, which the caller does not wait for). On a busy machine that round
+// trip costs more than opening and reading a 100 KiB file from the page
+// cache; see docs/mount-bench-2026-11-26.md.
 //
 // # Read-only
 //

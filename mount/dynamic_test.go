@@ -1,6 +1,7 @@
 package mount
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
@@ -232,5 +235,51 @@ func TestMissingBucketsBounded(t *testing.T) {
 	f.mu.Unlock()
 	if n > maxMissing {
 		t.Errorf("%d missing buckets remembered; want at most %d", n, maxMissing)
+	}
+}
+
+// TestNewGenerationAfterTTL overwrites an object under a mount whose
+// kernel caches entries for the listing TTL and attributes for ever: once
+// the TTL has passed, the path reads the new generation, a new inode, in
+// every read mode (in a dynamic mount and under a configured root).
+func TestNewGenerationAfterTTL(t *testing.T) {
+	const ttl = 300 * time.Millisecond
+	for _, dynamic := range []bool{false, true} {
+		for _, m := range modes {
+			name := m.name + "/root"
+			if dynamic {
+				name = m.name + "/dynamic"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := newEnv(t, emulator.Options{Objects: []fakestorage.Object{obj("data", "x", []byte("old"))}}, fetch.Config{})
+				cfg := e.config(Root{Bucket: "data"})
+				if dynamic {
+					cfg = e.config()
+				}
+				cfg.ListTTL = ttl
+				cfg.DisablePassthrough = m.disable
+				srv, mp := e.mount(t, cfg, nil)
+				path := filepath.Join(mp, "data", "x")
+				for range 2 { // the second read is served from the kernel's caches
+					if got, err := os.ReadFile(path); err != nil || string(got) != "old" {
+						t.Fatalf("read: %q, %v; want old", got, err)
+					}
+				}
+				gen, err := e.emu.Put("data", "x", []byte("new!"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The behaviour under test: entries expire after the TTL.
+				// The kernel counts it in jiffies, rounding up: allow for it.
+				<-time.After(ttl + ttl/2)
+				got, err := os.ReadFile(path)
+				if err != nil || !bytes.Equal(got, []byte("new!")) {
+					t.Fatalf("read after the TTL: %q, %v; want the new generation (%+v)", got, err, srv.Stats())
+				}
+				if ino := inode(t, path); ino != fileIno("data", "x", gen) {
+					t.Errorf("inode %d; want the new generation's %d", ino, fileIno("data", "x", gen))
+				}
+			})
+		}
 	}
 }
