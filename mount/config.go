@@ -68,6 +68,15 @@ type Config struct {
 	// the kernel could read the cached files itself (for comparison and
 	// debugging).
 	DisablePassthrough bool
+	// SkipOpen lets the kernel open files without asking this process
+	// (FUSE "no open"): once a file's pages are in the kernel's page cache,
+	// opening and reading it again costs no request at all, which roughly
+	// doubles the rate of reading small files. In exchange the kernel
+	// cannot read the cached files itself (passthrough is off for the
+	// whole mount): it asks this process for the pages it lacks, and those
+	// pages are then held twice in memory (the mount's and the cached
+	// file's). See "Opening without a request" in the package doc.
+	SkipOpen bool
 	// Logger receives warnings (names left out, failed listings and opens);
 	// nil discards them.
 	Logger *slog.Logger
@@ -82,6 +91,7 @@ type settings struct {
 	ttl         time.Duration       // negative: forever
 	allowOther  bool
 	passthrough bool
+	skipOpen    bool
 	log         *slog.Logger
 }
 
@@ -95,8 +105,8 @@ func (c Config) settings() (settings, error) {
 	}
 	s := settings{
 		cache: c.Cache, src: c.Source, buckets: make(map[string][]string), dynamic: len(c.Roots) == 0,
-		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough,
-		log: c.Logger,
+		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough && !c.SkipOpen,
+		skipOpen: c.SkipOpen, log: c.Logger,
 	}
 	for _, r := range c.Roots {
 		if why := checkBucket(r.Bucket); why != "" {

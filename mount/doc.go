@@ -95,6 +95,26 @@
 // trip costs more than opening and reading a 100 KiB file from the page
 // cache; see docs/mount-bench-2026-11-26.md.
 //
+// # Opening without a request
+//
+// With Config.SkipOpen the first open of a file is answered ENOSYS, which
+// the kernel (3.14+) remembers for the whole mount: it then opens and
+// closes files without asking (and, as Flush is answered ENOSYS too, without
+// a flush), keeps their pages cached, and asks this process only for the
+// pages it lacks, with READ requests that carry no file handle. Each such
+// read opens the cached copy through the cache (a demand fetch on a miss,
+// as an open would), is spliced from it, and closes it once the reply is
+// sent. A warm file then costs no request at all. The price: no
+// passthrough (it needs an open), a cache handle only while a read is being
+// answered (the cache may evict a file between two reads; the next read
+// fetches it again), the data of files read through the mount held twice in
+// the page cache (the mount's pages and the cached file's), and no ESTALE
+// retry: if a generation is replaced after its name was looked up, reads
+// that miss the page cache fail with ESTALE until the name's entry expires
+// (at most the ListTTL), when the kernel looks it up again. Use it for
+// datasets of many small files read repeatedly; keep passthrough for large
+// files.
+//
 // # Read-only
 //
 // The filesystem is mounted read-only ("ro"), and every operation that

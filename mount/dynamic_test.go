@@ -68,7 +68,7 @@ func TestDynamicMount(t *testing.T) {
 			lister := newCountingLister(e.src)
 			cfg := e.config()
 			cfg.Source = lister
-			cfg.DisablePassthrough = m.disable
+			m.apply(&cfg)
 			srv, mp := e.mount(t, cfg, nil)
 
 			if got := names(t, mp); len(got) != 0 {
@@ -257,7 +257,7 @@ func TestNewGenerationAfterTTL(t *testing.T) {
 					cfg = e.config()
 				}
 				cfg.ListTTL = ttl
-				cfg.DisablePassthrough = m.disable
+				m.apply(&cfg)
 				srv, mp := e.mount(t, cfg, nil)
 				path := filepath.Join(mp, "data", "x")
 				for range 2 { // the second read is served from the kernel's caches

@@ -229,6 +229,10 @@ func TestConfigErrors(t *testing.T) {
 	if f, err := New(good); err != nil || !f.cfg.dynamic {
 		t.Errorf("New with no roots: %v; want a dynamic mount", err)
 	}
+	good.SkipOpen = true
+	if f, err := New(good); err != nil || f.cfg.passthrough {
+		t.Errorf("New with SkipOpen: %v; want passthrough off", err)
+	}
 }
 
 func TestCheckDynamicBucket(t *testing.T) {

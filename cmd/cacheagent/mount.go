@@ -23,6 +23,7 @@ func newMountCmd(opts *options) *cobra.Command {
 		listTTL     time.Duration
 		allowOther  bool
 		passthrough bool
+		skipOpen    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT [gs://BUCKET[/PREFIX]...]",
@@ -65,6 +66,7 @@ by a crashed mount is cleared at start.`,
 				ListTTL:            listTTL,
 				AllowOther:         allowOther,
 				DisablePassthrough: !passthrough,
+				SkipOpen:           skipOpen,
 				Logger:             slog.Default(),
 			})
 			if err != nil {
@@ -83,6 +85,7 @@ by a crashed mount is cleared at start.`,
 	f.DurationVar(&listTTL, "list-ttl", mount.DefaultListTTL, "list a bucket again when its listing is older than this (negative: never; 0: the default)")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users read the mount (root, or user_allow_other in /etc/fuse.conf)")
 	f.BoolVar(&passthrough, "passthrough", true, "let the kernel read cached files itself (FUSE passthrough) where it can")
+	f.BoolVar(&skipOpen, "skip-open", false, "let the kernel open files without asking (faster for many small files; turns passthrough off and caches pages twice)")
 	return cmd
 }
 
