@@ -141,7 +141,8 @@ func (d *Daemon) closeCache() error {
 	return errors.Join(d.cache.Close(), d.src.Close())
 }
 
-// mount serves the cache at cfg.Mount.Path, showing the sources.
+// mount serves the cache at cfg.Mount.Path, showing the sources; with no
+// sources the mount is dynamic (any bucket, on its first lookup).
 func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 	if cfg.Mount.Path == "" {
 		return nil
@@ -150,9 +151,6 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 	for _, s := range cfg.Sources {
 		u, _ := fetch.ParsePrefix(s.URI) // validated with the config
 		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
-	}
-	if len(roots) == 0 {
-		return fmt.Errorf("%w: mount.path is set but there are no sources to show", ErrConfig)
 	}
 	srv, err := mount.Mount(ctx, cfg.Mount.Path, mount.Config{Cache: d.cache, Source: d.src, Roots: roots,
 		AllowOther: true, Logger: d.log})

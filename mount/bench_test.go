@@ -125,9 +125,10 @@ func readAll(path string, buf []byte) (int64, error) {
 }
 
 // benchMount mounts w's cache in the given mode for a benchmark.
-func benchMount(b *testing.B, c Cache, src Lister, disable bool) (*Server, string) {
+func benchMount(b *testing.B, c Cache, src Lister, m mode) (*Server, string) {
 	b.Helper()
-	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1, DisablePassthrough: disable}
+	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1}
+	m.apply(&cfg)
 	srv := mountAt(b, filepath.Join(b.TempDir(), "mnt"), cfg, nil)
 	return srv, srv.Mountpoint()
 }
@@ -170,7 +171,7 @@ func BenchmarkWarmSequential(b *testing.B) {
 	buf := make([]byte, benchReadBuf)
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			srv, mp := benchMount(b, w.cache, w.src, m.disable)
+			srv, mp := benchMount(b, w.cache, w.src, m)
 			through := []string{filepath.Join(mp, "data", "big.bin")}
 			timeRead(b, through, buf, size) // warm both page caches
 			timeRead(b, w.paths, buf, size)
@@ -208,7 +209,7 @@ func BenchmarkWarmSmallFiles(b *testing.B) {
 	buf := make([]byte, 128<<10)
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			srv, mp := benchMount(b, w.cache, w.src, m.disable)
+			srv, mp := benchMount(b, w.cache, w.src, m)
 			through := make([]string, n)
 			for i, a := range w.objs {
 				through[i] = filepath.Join(mp, "data", a.Name)
@@ -255,7 +256,7 @@ func BenchmarkColdRead(b *testing.B) {
 			mountRead := func() (time.Duration, bool) {
 				c, done := ce.newCache(b)
 				defer done()
-				return coldMountRead(b, c, ce.src, ce.attrs, m.disable)
+				return coldMountRead(b, c, ce.src, ce.attrs, m)
 			}
 			mountRead() // warm up connections, the emulator and the allocator
 			prefetch()
@@ -342,9 +343,10 @@ func (ce *coldEnv) newCache(b *testing.B) (c *tier.Cache, done func()) {
 // coldMountRead mounts c, reads every object of attrs through it with one
 // reader each, and returns the time the reads took and whether the kernel
 // read the cached files itself.
-func coldMountRead(b *testing.B, c Cache, src Lister, attrs []fetch.Attrs, disable bool) (time.Duration, bool) {
+func coldMountRead(b *testing.B, c Cache, src Lister, attrs []fetch.Attrs, m mode) (time.Duration, bool) {
 	b.Helper()
-	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1, DisablePassthrough: disable}
+	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1}
+	m.apply(&cfg)
 	srv, err := Mount(context.Background(), filepath.Join(b.TempDir(), "mnt"), cfg)
 	if err != nil {
 		testenv.Cannot(b, "mount: %v", err)

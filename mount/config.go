@@ -51,9 +51,10 @@ type Config struct {
 	Cache Cache
 	// Source lists the buckets. Required.
 	Source Lister
-	// Roots are the bucket prefixes to show, at <mountpoint>/<bucket>/.
-	// At least one is required; a prefix inside another one of the same
-	// bucket adds nothing.
+	// Roots are the bucket prefixes to show, at <mountpoint>/<bucket>/; a
+	// prefix inside another one of the same bucket adds nothing. With no
+	// roots the mount is dynamic: any bucket whose name is looked up and
+	// exists at the source is shown in full (see the package doc).
 	Roots []Root
 	// ListTTL is how long a bucket listing (and the kernel's cache of names
 	// and attributes) is used before the bucket is listed again. 0 means
@@ -67,6 +68,15 @@ type Config struct {
 	// the kernel could read the cached files itself (for comparison and
 	// debugging).
 	DisablePassthrough bool
+	// SkipOpen lets the kernel open files without asking this process
+	// (FUSE "no open"): once a file's pages are in the kernel's page cache,
+	// opening and reading it again costs no request at all, which roughly
+	// doubles the rate of reading small files. In exchange the kernel
+	// cannot read the cached files itself (passthrough is off for the
+	// whole mount): it asks this process for the pages it lacks, and those
+	// pages are then held twice in memory (the mount's and the cached
+	// file's). See "Opening without a request" in the package doc.
+	SkipOpen bool
 	// Logger receives warnings (names left out, failed listings and opens);
 	// nil discards them.
 	Logger *slog.Logger
@@ -77,9 +87,11 @@ type settings struct {
 	cache       Cache
 	src         Lister
 	buckets     map[string][]string // bucket → sorted prefixes, none inside another
+	dynamic     bool                // no roots: buckets are found by lookup
 	ttl         time.Duration       // negative: forever
 	allowOther  bool
 	passthrough bool
+	skipOpen    bool
 	log         *slog.Logger
 }
 
@@ -90,12 +102,11 @@ func (c Config) settings() (settings, error) {
 		return settings{}, errors.New("mount: Config.Cache is nil")
 	case c.Source == nil:
 		return settings{}, errors.New("mount: Config.Source is nil")
-	case len(c.Roots) == 0:
-		return settings{}, errors.New("mount: Config.Roots is empty")
 	}
 	s := settings{
-		cache: c.Cache, src: c.Source, buckets: make(map[string][]string),
-		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough, log: c.Logger,
+		cache: c.Cache, src: c.Source, buckets: make(map[string][]string), dynamic: len(c.Roots) == 0,
+		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough && !c.SkipOpen,
+		skipOpen: c.SkipOpen, log: c.Logger,
 	}
 	for _, r := range c.Roots {
 		if why := checkBucket(r.Bucket); why != "" {
@@ -129,6 +140,37 @@ func checkBucket(bucket string) string {
 	}
 	return ""
 }
+
+// checkDynamicBucket returns why name cannot be a bucket that a dynamic
+// mount looks for at the source, or "": GCS's bucket naming rules (3–222
+// bytes of lower-case letters, digits, '-', '_' and '.', starting and ending
+// with a letter or digit, dot-separated parts of at most 63). Names the
+// shell and desktop tools probe for (".Trash-0", "HEAD", "autorun.inf"…)
+// and hostile ones ("..", NUL, '/') fail here, before any request.
+func checkDynamicBucket(name string) string {
+	if why := checkBucket(name); why != "" {
+		return why
+	}
+	switch {
+	case len(name) < 3 || len(name) > 222:
+		return "not 3 to 222 bytes"
+	case !isBucketAlnum(name[0]) || !isBucketAlnum(name[len(name)-1]):
+		return "must start and end with a lower-case letter or digit"
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; !isBucketAlnum(c) && c != '-' && c != '_' && c != '.' {
+			return "only lower-case letters, digits, '-', '_' and '.'"
+		}
+	}
+	for part := range strings.SplitSeq(name, ".") {
+		if len(part) > 63 {
+			return "a dot-separated part is longer than 63 bytes"
+		}
+	}
+	return ""
+}
+
+func isBucketAlnum(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }
 
 // outermost returns the sorted prefixes of ps that no other prefix in ps
 // contains: listing those lists everything ps names, each object once.

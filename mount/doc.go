@@ -26,12 +26,32 @@
 // than 255 bytes. If an object's name is also a directory (objects "a" and
 // "a/b"), the directory wins and the object "a" is left out the same way.
 //
+// # Dynamic buckets
+//
+// A mount configured with no roots is dynamic, as gcsfuse's is: it shows
+// any bucket, in full, from the first lookup of its name. That lookup first
+// checks the name against GCS's bucket naming rules (3 to 222 bytes of
+// lower-case letters, digits, '-', '_' and '.', starting and ending with a
+// letter or digit), so that "..", names with NUL or '/', over-long names and
+// the names tools probe for (".Trash-0", "HEAD") are ENOENT without a
+// request; then it asks the source for the bucket's first object (one List
+// request; concurrent lookups of a name share it). A bucket that does not
+// exist is ENOENT, and is believed missing for the ListTTL (DefaultListTTL
+// if that is forever; at most 1024 names are remembered); other failures
+// give EIO and are not remembered. A bucket found is then served exactly
+// like a configured root with an empty prefix, and stays for the life of
+// the mount. Listing the mount's root shows the buckets found so far: a
+// dynamic mount cannot list all buckets. A mount with roots is never
+// dynamic: other names at its root are ENOENT.
+//
 // # Listings
 //
 // Each bucket is listed (flat, by prefix, through Config.Source) on first
 // use and again when its listing is older than Config.ListTTL at the next
-// lookup or readdir; the kernel caches names and attributes for the same
-// TTL, so a change in the bucket shows within about twice the TTL. A
+// lookup or readdir; the kernel caches names for the same TTL, so a change
+// in the bucket shows within about twice the TTL (an overwritten object
+// that was looked up already: within the TTL, as its listing is older than
+// the kernel's entry). A
 // negative TTL lists once and never again. Concurrent users of an expired
 // listing share one listing run, which continues if the caller that started
 // it is interrupted. If listing fails, the previous listing is served (and
@@ -63,6 +83,38 @@
 // cached across opens (FOPEN_KEEP_CACHE; objects never change within a
 // generation). Closing a file costs no round trip (FOPEN_NOFLUSH).
 //
+// # Kernel caching
+//
+// The kernel caches names (entries) for the ListTTL, and failed lookups
+// for as long. Attributes it caches for ever: a file's never change (a new
+// generation is a new inode, reached by a new lookup once the name's entry
+// expires) and directories' are fixed. File pages stay cached across opens
+// (FOPEN_KEEP_CACHE). What is left per open of a file whose name is cached
+// is the open itself: a round trip to this process (and the release after
+// close, which the caller does not wait for). On a busy machine that round
+// trip costs more than opening and reading a 100 KiB file from the page
+// cache; see docs/mount-bench-2026-11-26.md.
+//
+// # Opening without a request
+//
+// With Config.SkipOpen the first open of a file is answered ENOSYS, which
+// the kernel (3.14+) remembers for the whole mount: it then opens and
+// closes files without asking (and, as Flush is answered ENOSYS too, without
+// a flush), keeps their pages cached, and asks this process only for the
+// pages it lacks, with READ requests that carry no file handle. Each such
+// read opens the cached copy through the cache (a demand fetch on a miss,
+// as an open would), is spliced from it, and closes it once the reply is
+// sent. A warm file then costs no request at all. The price: no
+// passthrough (it needs an open), a cache handle only while a read is being
+// answered (the cache may evict a file between two reads; the next read
+// fetches it again), the data of files read through the mount held twice in
+// the page cache (the mount's pages and the cached file's), and no ESTALE
+// retry: if a generation is replaced after its name was looked up, reads
+// that miss the page cache fail with ESTALE until the name's entry expires
+// (at most the ListTTL), when the kernel looks it up again. Use it for
+// datasets of many small files read repeatedly; keep passthrough for large
+// files.
+//
 // # Read-only
 //
 // The filesystem is mounted read-only ("ro"), and every operation that
@@ -85,8 +137,8 @@
 // # Concurrency
 //
 // Every method of FS and Server is safe for concurrent use. FS.mu guards the
-// open handles and background listings, bucketView.mu a bucket's current
-// listing; neither is held during I/O, and they are never held together.
+// open handles, background listings and (dynamic mounts) the buckets found
+// and found missing, bucketView.mu a bucket's current listing; neither is held during I/O, and they are never held together.
 //
 // # Deadlocks
 //
@@ -99,5 +151,5 @@
 //
 // Errors returned to the kernel are mapped here with errors.Is: an
 // interrupted request gives EINTR, a vanished generation ESTALE, a missing
-// bucket ENOENT, a full cache ENOSPC, anything else EIO (and is logged).
+// bucket ENOENT (a bucket name that cannot exist too, without a request), a full cache ENOSPC, anything else EIO (and is logged).
 package mount

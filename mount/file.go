@@ -4,25 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// handle is one open of a file by the kernel: the cache handle, which keeps
-// the cached copy from being evicted, and our own descriptor on that copy.
-// The kernel sends no read after the release, so fd stays valid for every
-// read it answers.
+// handle is one open of a file by the kernel (or, in a SkipOpen mount, one
+// read): the cache handle, which keeps the cached copy from being evicted,
+// and our own descriptor on that copy. The kernel sends no read after the
+// release, so fd stays valid for every read it answers.
 type handle struct {
 	f      *FS
 	th     *tier.Handle
-	file   *os.File
 	fd     uintptr
 	closed atomic.Bool
 }
@@ -37,25 +36,37 @@ var (
 	_ fs.FilePassthroughFder = (*passthroughHandle)(nil)
 	_ fs.FileReader          = (*passthroughHandle)(nil)
 	_ fs.FileReleaser        = (*passthroughHandle)(nil)
+	_ fuse.ReadResult        = (*unopenedRead)(nil)
 )
 
 // open opens generation a through the cache and returns the file handle for
 // the kernel. b is a's bucket.
 func (f *FS) open(ctx context.Context, b *bucketView, a fetch.Attrs) (fs.FileHandle, syscall.Errno) {
 	f.stats.opens.Add(1)
+	h, en := f.openHandle(ctx, b, a)
+	if en != 0 {
+		f.stats.openErrors.Add(1)
+		return nil, en
+	}
+	if f.passthrough {
+		return &passthroughHandle{h}, 0
+	}
+	return h, 0
+}
+
+// openHandle opens generation a through the cache and the cached file.
+func (f *FS) openHandle(ctx context.Context, b *bucketView, a fetch.Attrs) (*handle, syscall.Errno) {
 	th, err := f.cfg.cache.Open(ctx, a.Object)
 	if err != nil {
-		f.stats.openErrors.Add(1)
 		return nil, f.openErrno(ctx, b, a.Object, err)
 	}
-	file, err := os.Open(th.Path())
+	fd, err := unix.Open(th.Path(), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		f.stats.openErrors.Add(1)
 		f.cfg.log.Warn("mount: open failed", "object", a.Object.String(),
 			"err", errors.Join(fmt.Errorf("open cached file: %w", err), th.Close()))
 		return nil, syscall.EIO
 	}
-	h := &handle{f: f, th: th, file: file, fd: file.Fd()}
+	h := &handle{f: f, th: th, fd: uintptr(fd)}
 	f.mu.Lock()
 	closed := f.closed
 	if !closed {
@@ -63,12 +74,8 @@ func (f *FS) open(ctx context.Context, b *bucketView, a fetch.Attrs) (fs.FileHan
 	}
 	f.mu.Unlock()
 	if closed {
-		f.stats.openErrors.Add(1)
 		h.close()
 		return nil, syscall.EIO
-	}
-	if f.passthrough {
-		return &passthroughHandle{h}, 0
 	}
 	return h, 0
 }
@@ -114,7 +121,50 @@ func (h *handle) close() error {
 	h.f.mu.Lock()
 	delete(h.f.handles, h)
 	h.f.mu.Unlock()
-	return errors.Join(h.file.Close(), h.th.Close())
+	return errors.Join(unix.Close(int(h.fd)), h.th.Close())
+}
+
+// readUnopened answers a read of generation a (of bucket b) that comes
+// without an open file, in a SkipOpen mount: it opens the cached copy for
+// this read alone (fetching it first on a miss) and closes it once the
+// kernel has the bytes. A generation that is gone gives ESTALE, and the
+// bucket is listed again at the next lookup.
+func (f *FS) readUnopened(ctx context.Context, b *bucketView, a fetch.Attrs, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h, en := f.openHandle(ctx, b, a)
+	if en != 0 {
+		f.stats.openErrors.Add(1)
+		return nil, en
+	}
+	f.stats.reads.Add(1)
+	f.stats.readBytes.Add(int64(len(dest)))
+	return &unopenedRead{h: h, off: off, n: len(dest)}, 0
+}
+
+// unopenedRead is the answer to a read without an open file: go-fuse
+// splices n bytes at off from the handle's descriptor (or reads them, where
+// it cannot splice) and then calls Done, which closes the handle.
+type unopenedRead struct {
+	h   *handle
+	off int64
+	n   int
+}
+
+// Seekable lets go-fuse splice the bytes from the cached file.
+func (r *unopenedRead) Seekable() (fd uintptr, off int64, sz int) { return r.h.fd, r.off, r.n }
+
+// Bytes reads the bytes into buf, where go-fuse cannot splice.
+func (r *unopenedRead) Bytes(buf []byte) ([]byte, fuse.Status) {
+	return fuse.ReadResultFd(r.h.fd, r.off, r.n).Bytes(buf)
+}
+
+// Size is the most bytes the read returns.
+func (r *unopenedRead) Size() int { return r.n }
+
+// Done closes the handle once the reply is sent.
+func (r *unopenedRead) Done() {
+	if err := r.h.close(); err != nil {
+		r.h.f.cfg.log.Warn("mount: closing after a read", "object", r.h.th.Attrs().Object.String(), "err", err)
+	}
 }
 
 // PassthroughFd returns the descriptor of the cached file. go-fuse calls it

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/tier"
@@ -26,8 +26,6 @@ type FS struct {
 	// Immutable after New (passthrough: before the server starts).
 	cfg         settings
 	root        *rootNode
-	buckets     map[string]*bucketView
-	bucketNames []string // sorted
 	uid, gid    uint32
 	started     time.Time // directories' times
 	passthrough bool      // open files offer their descriptor for passthrough
@@ -37,6 +35,8 @@ type FS struct {
 	openDone  func(o fetch.Object, errno syscall.Errno)
 
 	stats counters
+	// probes shares the existence checks of dynamic buckets, by name.
+	probes singleflight.Group
 
 	// bg counts background listings; Add only under mu while !closed.
 	bg sync.WaitGroup
@@ -48,11 +48,17 @@ type FS struct {
 	cancels map[uint64]context.CancelFunc // background listings
 	nextID  uint64
 	warned  map[string]struct{} // bucket+"\x00"+name of objects logged as left out
+	// buckets are the configured buckets or, in a dynamic mount, those
+	// found so far (never removed).
+	buckets map[string]*bucketView
+	// missing holds the names a dynamic mount found missing at the
+	// source, with when to ask again (at most maxMissing of them).
+	missing map[string]time.Time
 }
 
 // counters are cumulative event counts.
 type counters struct {
-	opens, openErrors, reads, readBytes, listings, listErrors, skipped atomic.Int64
+	opens, openErrors, reads, readBytes, listings, listErrors, skipped, probes atomic.Int64
 }
 
 // Stats is a snapshot of an FS's activity.
@@ -65,6 +71,8 @@ type Stats struct {
 	Listings   int64 // bucket listings completed
 	ListErrors int64 // bucket listings that failed
 	Skipped    int64 // distinct object names left out (not valid paths)
+	Probes     int64 // existence checks of buckets at the source (dynamic mounts)
+	Buckets    int64 // buckets shown now
 }
 
 // New returns the filesystem described by cfg, ready to be served from
@@ -79,13 +87,11 @@ func New(cfg Config) (*FS, error) {
 		uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(),
 		passthrough: s.passthrough, now: time.Now,
 		handles: make(map[*handle]struct{}), cancels: make(map[uint64]context.CancelFunc),
-		warned: make(map[string]struct{}),
+		warned: make(map[string]struct{}), missing: make(map[string]time.Time),
 	}
 	for b, ps := range s.buckets {
 		f.buckets[b] = &bucketView{name: b, prefixes: ps}
-		f.bucketNames = append(f.bucketNames, b)
 	}
-	slices.Sort(f.bucketNames)
 	f.root = &rootNode{f: f}
 	return f, nil
 }
@@ -96,13 +102,13 @@ func (f *FS) Root() fs.InodeEmbedder { return f.root }
 // Stats returns the filesystem's counters.
 func (f *FS) Stats() Stats {
 	f.mu.Lock()
-	open := int64(len(f.handles))
+	open, buckets := int64(len(f.handles)), int64(len(f.buckets))
 	f.mu.Unlock()
 	return Stats{
 		Opens: f.stats.opens.Load(), OpenErrors: f.stats.openErrors.Load(), OpenFiles: open,
 		Reads: f.stats.reads.Load(), ReadBytes: f.stats.readBytes.Load(),
 		Listings: f.stats.listings.Load(), ListErrors: f.stats.listErrors.Load(),
-		Skipped: f.stats.skipped.Load(),
+		Skipped: f.stats.skipped.Load(), Probes: f.stats.probes.Load(), Buckets: buckets,
 	}
 }
 

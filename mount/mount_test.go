@@ -67,11 +67,22 @@ func visible(objs []fakestorage.Object, roots []Root) []string {
 	return out
 }
 
-// modes are the two ways reads are served.
-var modes = []struct {
-	name    string
-	disable bool
-}{{"passthrough", false}, {"fd", true}}
+// mode is one way reads are served.
+type mode struct {
+	name     string
+	disable  bool // DisablePassthrough
+	skipOpen bool // SkipOpen
+}
+
+// modes are the ways reads are served: by the kernel from the cached file
+// (where passthrough works), by this process from an open handle, and by
+// this process without opens.
+var modes = []mode{{"passthrough", false, false}, {"fd", true, false}, {"skipopen", false, true}}
+
+// apply sets m in cfg.
+func (m mode) apply(cfg *Config) {
+	cfg.DisablePassthrough, cfg.SkipOpen = m.disable, m.skipOpen
+}
 
 // TestReadEveryObject reads every object through the mount, in both read
 // modes, and checks bytes and attributes.
@@ -81,10 +92,10 @@ func TestReadEveryObject(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := e.config(datasetRoots...)
-			cfg.DisablePassthrough = m.disable
+			m.apply(&cfg)
 			srv, mp := e.mount(t, cfg, nil)
-			if m.disable && srv.Passthrough() {
-				t.Fatal("Passthrough() = true with DisablePassthrough")
+			if (m.disable || m.skipOpen) && srv.Passthrough() {
+				t.Fatal("Passthrough() = true with DisablePassthrough or SkipOpen")
 			}
 			t.Logf("passthrough: %v", srv.Passthrough())
 			for _, o := range objs {

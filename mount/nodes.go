@@ -18,7 +18,8 @@ const (
 	blockSize = 128 << 10
 )
 
-// rootNode is the mount's root: one directory per configured bucket.
+// rootNode is the mount's root: one directory per configured bucket, or in
+// a dynamic mount per bucket found so far.
 type rootNode struct {
 	fs.Inode
 	readOnly
@@ -52,21 +53,25 @@ var (
 	_ fs.NodeGetattrer = (*dirNode)(nil)
 	_ fs.NodeGetattrer = (*fileNode)(nil)
 	_ fs.NodeOpener    = (*fileNode)(nil)
+	_ fs.NodeReader    = (*fileNode)(nil)
+	_ fs.NodeFlusher   = (*fileNode)(nil)
 )
 
-// Lookup finds a bucket.
+// Lookup finds a bucket; in a dynamic mount, the first lookup of a name
+// checks that the bucket exists at the source.
 func (n *rootNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	b := n.f.buckets[name]
-	if b == nil {
-		return nil, syscall.ENOENT
+	b, en := n.f.bucket(ctx, name)
+	if en != 0 {
+		return nil, en
 	}
 	return n.f.newDir(ctx, &n.Inode, b, "", out), 0
 }
 
-// Readdir lists the buckets.
+// Readdir lists the buckets: in a dynamic mount, those found so far.
 func (n *rootNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	es := make([]fuse.DirEntry, len(n.f.bucketNames))
-	for i, b := range n.f.bucketNames {
+	names := n.f.bucketNames()
+	es := make([]fuse.DirEntry, len(names))
+	for i, b := range names {
 		es[i] = fuse.DirEntry{Name: b, Mode: syscall.S_IFDIR, Ino: dirIno(b, "")}
 	}
 	return fs.NewListDirStream(es), 0
@@ -146,6 +151,11 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, syscall.EROFS
 	}
+	if n.f.cfg.skipOpen {
+		// The kernel remembers this for the whole mount: it opens files
+		// itself from now on, and reads with no file handle.
+		return nil, 0, syscall.ENOSYS
+	}
 	if hook := n.f.openStart; hook != nil {
 		hook(n.attrs.Object)
 	}
@@ -159,6 +169,24 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	// The bytes never change: keep the kernel's cached pages across opens.
 	// Nothing is written: close(2) need not ask us to flush.
 	return h, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
+}
+
+// Read reads from the open file fh or, in a SkipOpen mount (the kernel
+// opened the file without asking: fh is nil), from the cached copy opened
+// for this read.
+func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if r, ok := fh.(fs.FileReader); ok {
+		return r.Read(ctx, dest, off)
+	}
+	return n.f.readUnopened(ctx, n.b, n.attrs, dest, off)
+}
+
+// Flush answers ENOSYS, which the kernel remembers for the whole mount: it
+// stops sending the flush that close(2) would otherwise wait for. (Opens
+// answered by this process already ask for none, with FOPEN_NOFLUSH; the
+// files the kernel opens itself in a SkipOpen mount cannot.)
+func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	return syscall.ENOSYS
 }
 
 // newDir returns the inode of directory path of bucket b, a child of parent.

@@ -91,7 +91,7 @@ func TestNumpyMmapThroughMount(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			cfg := e.config(Root{Bucket: "data", Prefix: "train/"})
-			cfg.DisablePassthrough = m.disable
+			m.apply(&cfg)
 			_, mp := e.mount(t, cfg, nil)
 			args := []string{"-c", npyScript}
 			var want []string

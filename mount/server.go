@@ -88,6 +88,10 @@ func (f *FS) options() *fs.Options {
 	if ttl < 0 {
 		ttl = forever
 	}
+	// Attributes never change: a file is one generation (a new one is a new
+	// inode, found by a new lookup once the entry expires), and directories
+	// have fixed ones. Only names (entries) expire, after the listing TTL.
+	attrTTL := forever
 	logger := slog.NewLogLogger(f.cfg.log.Handler(), slog.LevelWarn)
 	return &fs.Options{
 		MountOptions: fuse.MountOptions{
@@ -105,7 +109,7 @@ func (f *FS) options() *fs.Options {
 			Logger:                   logger,
 		},
 		EntryTimeout:    &ttl,
-		AttrTimeout:     &ttl,
+		AttrTimeout:     &attrTTL,
 		NegativeTimeout: &ttl,
 		RootStableAttr:  &fs.StableAttr{Ino: rootIno},
 		UID:             f.uid,

@@ -205,7 +205,6 @@ func TestConfigErrors(t *testing.T) {
 	}{
 		{"no cache", func(c *Config) { c.Cache = nil }},
 		{"no source", func(c *Config) { c.Source = nil }},
-		{"no roots", func(c *Config) { c.Roots = nil }},
 		{"empty bucket", func(c *Config) { c.Roots = []Root{{}} }},
 		{"dot bucket", func(c *Config) { c.Roots = []Root{{Bucket: ".."}} }},
 		{"slash bucket", func(c *Config) { c.Roots = []Root{{Bucket: "a/b"}} }},
@@ -222,6 +221,49 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if f.cfg.ttl != DefaultListTTL {
 		t.Errorf("ttl = %v; want %v", f.cfg.ttl, DefaultListTTL)
+	}
+	if f.cfg.dynamic {
+		t.Error("a mount with roots is dynamic")
+	}
+	good.Roots = nil
+	if f, err := New(good); err != nil || !f.cfg.dynamic {
+		t.Errorf("New with no roots: %v; want a dynamic mount", err)
+	}
+	good.SkipOpen = true
+	if f, err := New(good); err != nil || f.cfg.passthrough {
+		t.Errorf("New with SkipOpen: %v; want passthrough off", err)
+	}
+}
+
+func TestCheckDynamicBucket(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"data", true},
+		{"my-bucket_1.example.com", true},
+		{"a1b", true},
+		{strings.Repeat("a", 63), true},
+		{strings.Repeat("a", 63) + "." + strings.Repeat("b", 63), true},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"ab", false},
+		{strings.Repeat("a", 64), false},
+		{strings.Repeat("a", 256), false},
+		{"a/b", false},
+		{"a\x00bc", false},
+		{".Trash-0", false},
+		{"HEAD", false},
+		{"Data", false},
+		{"-abc", false},
+		{"abc-", false},
+		{"a b c", false},
+		{"ü-bucket", false},
+	} {
+		if why := checkDynamicBucket(tc.name); (why == "") != tc.ok {
+			t.Errorf("checkDynamicBucket(%q) = %q; want ok %v", tc.name, why, tc.ok)
+		}
 	}
 }
 

@@ -24,9 +24,10 @@ func newMountCmd(opts *cli.Options) *cobra.Command {
 		listTTL     time.Duration
 		allowOther  bool
 		passthrough bool
+		skipOpen    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "mount MOUNTPOINT gs://BUCKET[/PREFIX]...",
+		Use:   "mount MOUNTPOINT [gs://BUCKET[/PREFIX]...]",
 		Short: "Serve cached objects as read-only files at MOUNTPOINT (FUSE, foreground)",
 		Long: `mount shows the objects under each gs://BUCKET[/PREFIX] as read-only files at
 MOUNTPOINT/BUCKET/<object name>; directories come from the '/' in the names. Opening
@@ -36,13 +37,18 @@ kernel allows it. Buckets are listed again when their listing is older than
 --list-ttl. Object names that cannot be paths ("a//b", "../x", NUL, a segment over
 255 bytes) are left out and logged once.
 
+With no gs:// arguments the mount is dynamic, like gcsfuse's: MOUNTPOINT/BUCKET
+shows any bucket that exists (checked at its first lookup, with one listing request);
+listing MOUNTPOINT shows the buckets looked up so far, as it cannot list them all.
+
 mount runs in the foreground until SIGINT or SIGTERM, then unmounts. If files are
 still open it detaches the mount (the mountpoint is free at once) and serves them
 until they are closed, or until a second signal. A stale mount left at MOUNTPOINT
 by a crashed mount is cleared at start.`,
 		Example: `  cacheagent mount /mnt/gcs gs://my-bucket/train/ gs://my-bucket/val/
+  cacheagent mount /mnt/gcs    # dynamic: /mnt/gcs/<any bucket>/...
   python -c 'import numpy; print(numpy.load("/mnt/gcs/my-bucket/train/x.npy", mmap_mode="r").shape)'`,
-		Args: cobra.MinimumNArgs(2),
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			roots, err := parseRoots(args[1:])
 			if err != nil {
@@ -61,13 +67,18 @@ by a crashed mount is cleared at start.`,
 				ListTTL:            listTTL,
 				AllowOther:         allowOther,
 				DisablePassthrough: !passthrough,
+				SkipOpen:           skipOpen,
 				Logger:             slog.Default(),
 			})
 			if err != nil {
 				return err
 			}
+			what := strings.Join(args[1:], " ")
+			if what == "" {
+				what = "any bucket (dynamic)"
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "cacheagent: serving %s at %s (passthrough: %v); SIGINT or SIGTERM unmounts\n",
-				strings.Join(args[1:], " "), srv.Mountpoint(), srv.Passthrough())
+				what, srv.Mountpoint(), srv.Passthrough())
 			return serveMount(ctx, srv, cmd.ErrOrStderr())
 		},
 	}
@@ -75,6 +86,7 @@ by a crashed mount is cleared at start.`,
 	f.DurationVar(&listTTL, "list-ttl", mount.DefaultListTTL, "list a bucket again when its listing is older than this (negative: never; 0: the default)")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users read the mount (root, or user_allow_other in /etc/fuse.conf)")
 	f.BoolVar(&passthrough, "passthrough", true, "let the kernel read cached files itself (FUSE passthrough) where it can")
+	f.BoolVar(&skipOpen, "skip-open", false, "let the kernel open files without asking (faster for many small files; turns passthrough off and caches pages twice)")
 	return cmd
 }
 
