@@ -4,20 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
 // flipCached flips one byte of the cached copy of o behind the cache's
-// back, as bit rot would: through a hard link in the tier's temp directory
-// (unwatched), keeping the file's inode, size and modification time.
+// back (cachetest.FlipByte).
 func flipCached(t *testing.T, c *control.Client, o fetch.Object) {
 	t.Helper()
 	l, err := c.Acquire(testCtx(t), o)
@@ -26,31 +24,7 @@ func flipCached(t *testing.T, c *control.Client, o fetch.Object) {
 	}
 	p := l.Path()
 	l.Close()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(filepath.Dir(filepath.Dir(p)), "tmp", "flip-test")
-	if err := os.Link(p, link); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(link)
-	f, err := os.OpenFile(link, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte{0}
-	if _, err := f.ReadAt(b, 10); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, 10); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Chtimes(link, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
+	cachetest.FlipByte(t, p, 10)
 }
 
 // cacheAll fetches the n objects of dataset(bucket, prefix, n, …) through

@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
@@ -20,39 +20,6 @@ func cachedFiles(t *testing.T, cacheDir string) []string {
 		t.Fatal(err)
 	}
 	return files
-}
-
-// flipFile flips byte 10 of the file at p, keeping its inode, size and
-// modification time, through a hard link in the tier's temp directory
-// (which a daemon's watcher does not watch): bit rot, as far as the cache
-// can tell.
-func flipFile(t *testing.T, p string) {
-	t.Helper()
-	fi, err := os.Stat(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	link := filepath.Join(filepath.Dir(filepath.Dir(p)), "tmp", "flip-test")
-	if err := os.Link(p, link); err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(link)
-	f, err := os.OpenFile(link, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte{0}
-	if _, err := f.ReadAt(b, 10); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, 10); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := os.Chtimes(link, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestVerifyStandalone flips a byte of a cached file and runs verify on
@@ -69,7 +36,7 @@ func TestVerifyStandalone(t *testing.T) {
 	if len(files) != 2 {
 		t.Fatalf("cached files = %v; want 2", files)
 	}
-	flipFile(t, files[0])
+	cachetest.FlipByte(t, files[0], 10)
 	out, err := run(t, s.Endpoint(), cache, "verify", "--json", "--rate", "1GiB", "gs://bkt/v/")
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +78,7 @@ func TestVerifyThroughDaemon(t *testing.T) {
 	if len(files) != 3 {
 		t.Fatalf("cached files = %v; want 3", files)
 	}
-	flipFile(t, files[1])
+	cachetest.FlipByte(t, files[1], 10)
 	out, err := p.cli(t, "verify", "gs://bkt/v/")
 	if err != nil {
 		t.Fatal(err)
