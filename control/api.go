@@ -144,6 +144,36 @@ type EvictResult struct {
 	Skipped int `json:"skipped"`
 }
 
+// VerifyRequest verifies cached copies against their CRC32C: POST
+// /v1/verify (see tier.Cache.Verify).
+type VerifyRequest struct {
+	// Bucket and Prefix select the objects; Bucket "" selects every cached
+	// object.
+	Bucket string `json:"bucket,omitempty"`
+	Prefix string `json:"prefix,omitempty"`
+	// Rate bounds the bytes read per second; 0 means unlimited.
+	Rate int64 `json:"rate,omitempty"`
+}
+
+// VerifyReport is one line of POST /v1/verify's answer (NDJSON): the
+// counts so far, a few times a second, then a last line with Done set, the
+// copies dropped and, if the verification stopped early, the error. It is
+// also what `cacheagent verify --json` prints.
+type VerifyReport struct {
+	stats.Verify
+	Done    bool          `json:"done,omitempty"`
+	Dropped []DroppedCopy `json:"dropped,omitempty"`
+	Error   string        `json:"error,omitempty"`
+}
+
+// DroppedCopy is one copy a verification dropped (see tier.DroppedCopy).
+type DroppedCopy struct {
+	Object ObjectRef `json:"object"`
+	// Tier held the copy: shm or disk.
+	Tier   string `json:"tier"`
+	Reason string `json:"reason"`
+}
+
 // Object is one row of a listing (GET /v1/objects) and of `cacheagent ls
 // --json`.
 type Object struct {

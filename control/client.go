@@ -354,3 +354,41 @@ func (c *Client) WatchJob(ctx context.Context, id string, fn func(Job)) (Job, er
 		}
 	}
 }
+
+// Verify has the daemon read the cached copies req selects and check them
+// against their CRC32C, dropping those that fail (see tier.Cache.Verify),
+// and returns its final report. progress, if not nil, is called with the
+// counts as they grow (a few times a second). If the verification stopped
+// early, the report holds what it found and the error says why; cancelling
+// ctx stops it.
+func (c *Client) Verify(ctx context.Context, req VerifyRequest, progress func(stats.Verify)) (VerifyReport, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return VerifyReport{}, fmt.Errorf("control: verify: %w", err)
+	}
+	resp, err := c.send(ctx, http.MethodPost, "/v1/verify", nil, bytes.NewReader(b))
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	defer resp.Body.Close()
+	dec := json.NewDecoder(resp.Body)
+	var r VerifyReport
+	for {
+		var next VerifyReport
+		if err := dec.Decode(&next); err != nil {
+			if ctx.Err() != nil {
+				return r, fmt.Errorf("control: verify: %w", ctx.Err())
+			}
+			return r, fmt.Errorf("control: verify: stream ended early: %w: %w", ErrUnavailable, err)
+		}
+		r = next
+		switch {
+		case r.Done && r.Error != "":
+			return r, fmt.Errorf("control: verify: %s", r.Error)
+		case r.Done:
+			return r, nil
+		case progress != nil:
+			progress(r.Verify)
+		}
+	}
+}

@@ -33,6 +33,7 @@
 //	POST   /v1/pin                            PrefixRequest → CountResult (caches first)
 //	POST   /v1/unpin                          PrefixRequest → CountResult
 //	POST   /v1/evict                          PrefixRequest → EvictResult
+//	POST   /v1/verify                         VerifyRequest → NDJSON VerifyReports, the last with done (synchronous: closing the request stops it)
 //	GET    /v1/objects?bucket=&prefix=        ListResult
 //	GET    /v1/object?bucket=&name=[&generation=][&revalidate=]   the bytes (Range supported)
 //	POST   /v1/plans                          PlanRequest → Plan (announce, replacing by id)

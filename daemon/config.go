@@ -77,7 +77,30 @@ type TiersConfig struct {
 	Disk TierConfig `yaml:"disk"`
 	// Shm is the optional shm (hot) tier, on a tmpfs.
 	Shm TierConfig `yaml:"shm"`
+	// Scrub is the background verification of the cached copies; off
+	// unless its rate is set.
+	Scrub ScrubConfig `yaml:"scrub"`
 }
+
+// ScrubConfig sets the background scrub: a pass reads every cached copy
+// (both tiers) and checks it against the CRC32C the index records, like
+// `cacheagent verify`; a copy that fails is dropped and refetched when next
+// opened. Changes apply on reload (a pass in progress stops; the next starts
+// at once on the new settings).
+type ScrubConfig struct {
+	// Rate bounds the bytes the scrub reads per second, e.g. 50MiB. 0 (the
+	// default) turns the scrub off.
+	Rate Size `yaml:"rate"`
+	// Interval is the time from the start of one pass to the start of the
+	// next (at once if a pass takes longer). Default 24h.
+	Interval Duration `yaml:"interval"`
+}
+
+// DefaultScrubInterval is tiers.scrub.interval's default.
+const DefaultScrubInterval = 24 * time.Hour
+
+// interval returns the interval, defaulted.
+func (c ScrubConfig) interval() time.Duration { return durationOr(c.Interval, DefaultScrubInterval) }
 
 // TierConfig is one tier's directory and byte budget.
 type TierConfig struct {
@@ -111,6 +134,11 @@ type FetchConfig struct {
 	// Revalidate is how long a cached generation is served before the
 	// source is asked again. Default 1m; negative means never.
 	Revalidate Duration `yaml:"revalidate"`
+	// ChecksumAttempts is how many rounds of reads a download may take
+	// before a CRC32C mismatch fails it (fetch.Config.ChecksumAttempts):
+	// the second reads the object again, later ones only the parts the
+	// reads disagree on. Default 4.
+	ChecksumAttempts int `yaml:"checksum_attempts"`
 }
 
 // MountConfig places the FUSE mount.
@@ -300,6 +328,10 @@ func (c Config) check() *fieldError {
 		return bad("negative", "tiers", "shm", "max")
 	case c.Tiers.Shm.Max > 0 && c.Tiers.Shm.Dir == "":
 		return bad("set without tiers.shm.dir", "tiers", "shm", "max")
+	case c.Tiers.Scrub.Interval < 0:
+		return bad("negative", "tiers", "scrub", "interval")
+	case c.Fetch.ChecksumAttempts < 0 || c.Fetch.ChecksumAttempts > 100:
+		return bad(fmt.Sprintf("%d is out of range [1, 100]", c.Fetch.ChecksumAttempts), "fetch", "checksum_attempts")
 	case c.Fetch.Connections < 0 || c.Fetch.Connections > 1<<16:
 		return bad(fmt.Sprintf("%d is out of range [1, 65536]", c.Fetch.Connections), "fetch", "connections")
 	case c.Fetch.Slice < 0 || c.Fetch.Slice > 1<<34:
@@ -352,7 +384,8 @@ func (f FetchConfig) GCS() fetch.GCSConfig { return fetch.GCSConfig{Endpoint: f.
 // Downloader maps the fetch section onto a downloader's settings.
 func (f FetchConfig) Downloader() fetch.Config {
 	c := fetch.Config{SliceSize: int64(f.Slice), Connections: f.Connections,
-		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0)}
+		SmallObjectSize: int64(f.SmallObject), SmallConnections: max(f.SmallConnections, 0),
+		ChecksumAttempts: f.ChecksumAttempts}
 	if f.SmallConnections < 0 {
 		c.SmallObjectSize = fetch.NoSmallLane
 	}

@@ -16,7 +16,8 @@ sources: [{uri: gs://bucket/prefix, warm: true}, {uri: gs://other}]
 tiers:
   disk: {dir: /mnt/disks/local-ssd/cacheagent, max: 300GiB}
   shm:  {dir: /dev/shm/cacheagent, max: 32GiB}
-fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s, small_object: 256KiB, small_connections: 8}
+  scrub: {rate: 50MiB, interval: 12h}
+fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s, small_object: 256KiB, small_connections: 8, checksum_attempts: 6}
 mount: {path: /mnt/gcs}
 control: {socket: /run/cacheagent/control.sock}
 metrics: {listen: 127.0.0.1:9464}
@@ -29,7 +30,8 @@ gpu: auto
 	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != "gs://other" ||
 		c.Tiers.Disk.Max != 300<<30 || c.Tiers.Shm.Max != 32<<30 || c.Fetch.Slice != 32<<20 ||
 		c.Fetch.Connections != 64 || c.Fetch.SmallObject != 256<<10 || c.Fetch.SmallConnections != 8 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
-		c.Mount.Path != "/mnt/gcs" || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" {
+		c.Mount.Path != "/mnt/gcs" || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" ||
+		c.Tiers.Scrub.Rate != 50<<20 || c.Tiers.Scrub.interval() != 12*time.Hour || c.Fetch.Downloader().ChecksumAttempts != 6 {
 		t.Errorf("ParseConfig(full) = %+v", c)
 	}
 	for _, empty := range []string{"", "\n", "# only a comment\n", "---\n"} {
@@ -56,6 +58,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"fetch:\n  small_connections: 70000\n", "line 2: fetch.small_connections"},
 		{"fetch:\n  small_object: -1MiB\n", "line 2"},
 		{"gpu: tpu\n", "line 1: gpu"},
+		{"tiers:\n  scrub: {rate: 1MiB, interval: -1h}\n", "line 2: tiers.scrub.interval"},
+		{"fetch:\n  checksum_attempts: -1\n", "line 2: fetch.checksum_attempts"},
 		{"tiers:\n  shm: {max: 1GiB}\n", "tiers.shm.max"},
 		{"gpu: auto\n---\ngpu: none\n", "more than one YAML document"},
 		{"sources: {uri: gs://b}\n", "line 1"},

@@ -49,6 +49,7 @@ type Daemon struct {
 	metSrv   *http.Server // nil when metrics are off
 	metLn    net.Listener
 	mnt      *mount.Server // nil without mount.path
+	scrub    *scrubber     // the background scrub (idle when off)
 	// stopRequests cancels the context of every control request, ending
 	// lease sessions and job watches at shutdown.
 	stopRequests context.CancelFunc
@@ -97,6 +98,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		return nil, errors.Join(err, d.closeCache())
 	}
 	d.serve()
+	d.scrub = startScrubber(d.cache, d.log, cfg.Tiers.Scrub)
 	d.ready.Store(true)
 	for _, s := range cfg.Sources {
 		if s.Warm {
@@ -221,6 +223,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	}
 	d.servers.Wait()
 	d.jobs.wait()
+	d.scrub.close()
 	d.sessions.close()
 	errs = append(errs, d.unmount(ctx), d.closeCache())
 	d.log.Info("daemon stopped", "uptime", time.Since(d.started).Round(time.Second).String())

@@ -43,7 +43,8 @@
 //
 // # Reload
 //
-// Reload applies the disk budget, the connection budget and sources live.
+// Reload applies the budgets, the connection budget, the scrub and sources
+// live.
 // Fields that need a restart (directories, the shm budget, endpoint, slice
 // size, revalidation, socket, metrics address, mount, gpu) keep their
 // running values; each difference is logged.
@@ -54,7 +55,9 @@
 // never hold it during I/O. Lock orders: jobManager.mu before job.mu;
 // sessionManager.mu before session.mu. Every goroutine has an owner that
 // waits for it: the servers (Daemon.servers), jobs (jobManager.running),
-// and each request's handler.
+// the scrubber (its own WaitGroup; Close stops it before closing the
+// cache), and each request's handler (POST /v1/verify verifies in its
+// handler's goroutine).
 //
 // # Errors
 //

@@ -11,9 +11,9 @@ import (
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// Reload applies a new config to the running daemon. The disk budget
-// (tiers.disk.max), the connection budget (fetch.connections) and sources
-// change live: warm sources that are new are prefetched, warm jobs of
+// Reload applies a new config to the running daemon. The budgets
+// (tiers.disk.max, tiers.shm.max), the connection budget
+// (fetch.connections), the scrub (tiers.scrub) and sources change live: warm sources that are new are prefetched, warm jobs of
 // sources no longer warm are cancelled. Fields that need a restart keep
 // their running values and are logged. An invalid config changes nothing
 // and is returned as an error matching ErrConfig. A budget that pinned and
@@ -85,6 +85,10 @@ func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
 			changed = append(changed, "tiers.shm.max")
 		}
 	}
+	if d.scrub.set(cfg.Tiers.Scrub) {
+		applied.Tiers.Scrub = cfg.Tiers.Scrub
+		changed = append(changed, "tiers.scrub")
+	}
 	if !reflect.DeepEqual(cfg.Sources, old.Sources) {
 		d.applySources(old.Sources, cfg.Sources)
 		changed = append(changed, "sources")
@@ -115,6 +119,8 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 		{"fetch.small_connections", cur.Fetch.SmallConnections, next.Fetch.SmallConnections,
 			func() { next.Fetch.SmallConnections = cur.Fetch.SmallConnections }},
 		{"fetch.revalidate", cur.Fetch.Revalidate, next.Fetch.Revalidate, func() { next.Fetch.Revalidate = cur.Fetch.Revalidate }},
+		{"fetch.checksum_attempts", cur.Fetch.ChecksumAttempts, next.Fetch.ChecksumAttempts,
+			func() { next.Fetch.ChecksumAttempts = cur.Fetch.ChecksumAttempts }},
 		{"mount.path", cur.Mount.Path, next.Mount.Path, func() { next.Mount.Path = cur.Mount.Path }},
 		{"control.socket", cur.Control.Socket, next.Control.Socket, func() { next.Control.Socket = cur.Control.Socket }},
 		{"metrics.listen", cur.Metrics.Listen, next.Metrics.Listen, func() { next.Metrics.Listen = cur.Metrics.Listen }},

@@ -36,6 +36,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("POST /v1/pin", d.handlePin)
 	mux.HandleFunc("POST /v1/unpin", d.handleUnpin)
 	mux.HandleFunc("POST /v1/evict", d.handleEvict)
+	mux.HandleFunc("POST /v1/verify", d.handleVerify)
 	mux.HandleFunc("GET /v1/objects", d.handleList)
 	mux.HandleFunc("GET /v1/object", d.handleRead)
 	mux.HandleFunc("POST /v1/plans", d.handlePlan)

@@ -49,8 +49,17 @@
 // the last byte written; other failures (4xx, invalid names, write errors
 // from the destination) end the download at once. The CRC32C of each slice
 // is computed as its bytes stream in and the slice CRCs are combined
-// arithmetically into the object's, which must match the source's; a
-// mismatch re-fetches the object once, then fails with ErrChecksum. Every
+// arithmetically into the object's, which must match the source's. GCS
+// gives no checksum per range, so a mismatch cannot be located from it: the
+// object is read whole a second time, and the CRCs of its check units (1
+// MiB, or SliceSize if smaller, kept as bytes stream in) are compared
+// between reads; later rounds re-read only the units whose bytes in the
+// destination no earlier read agrees with, up to Config.ChecksumAttempts
+// rounds (default 4, with backoff between them, each counted as a
+// "checksum" retry). A link that corrupts one response in ten thus costs a
+// second read and a few units, not a failure. It fails with ErrChecksum
+// when the rounds run out, or at once when every unit reads the same twice
+// and the object is still wrong (the source serves those bytes). Every
 // read is pinned to the generation the caller stat'ed, so an object
 // replaced mid-download fails with ErrGenerationChanged instead of mixing
 // versions.

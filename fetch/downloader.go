@@ -21,6 +21,8 @@ const (
 	DefaultBackoffInitial = 100 * time.Millisecond
 	DefaultBackoffMax     = 10 * time.Second
 	DefaultStallTimeout   = 20 * time.Second
+	// DefaultChecksumAttempts is the default Config.ChecksumAttempts.
+	DefaultChecksumAttempts = 4
 	// DefaultSmallObjectSize is the default Config.SmallObjectSize.
 	DefaultSmallObjectSize = 1 << 20
 	// NoSmallLane, as Config.SmallObjectSize, reads every object under
@@ -61,13 +63,19 @@ type Config struct {
 	// SmallConnections is the small-object lane's budget of concurrent
 	// range reads. Default: Connections, following SetConnections.
 	SmallConnections int
+	// ChecksumAttempts is how many rounds of reads an object may take
+	// before a CRC32C mismatch fails it with ErrChecksum: the first reads
+	// it whole, the second whole again, later ones only the parts the
+	// earlier reads disagree on (see checkunits.go). Rounds after the first
+	// wait a backoff like a range retry. 1 disables re-reads. Default 4.
+	ChecksumAttempts int
 }
 
 // withDefaults validates c and fills in its zero fields.
 func (c Config) withDefaults() (Config, error) {
 	if c.SliceSize < 0 || c.Connections < 0 || c.MaxAttempts < 0 ||
 		c.BackoffInitial < 0 || c.BackoffMax < 0 || c.StallTimeout < 0 ||
-		c.SmallObjectSize < NoSmallLane || c.SmallConnections < 0 {
+		c.SmallObjectSize < NoSmallLane || c.SmallConnections < 0 || c.ChecksumAttempts < 0 {
 		return c, fmt.Errorf("fetch: invalid config %+v: negative value", c)
 	}
 	if c.SliceSize == 0 {
@@ -91,6 +99,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SmallObjectSize == 0 {
 		c.SmallObjectSize = DefaultSmallObjectSize
 	}
+	if c.ChecksumAttempts == 0 {
+		c.ChecksumAttempts = DefaultChecksumAttempts
+	}
 	if c.BackoffMax < c.BackoffInitial {
 		return c, fmt.Errorf("fetch: invalid config: BackoffMax %v < BackoffInitial %v", c.BackoffMax, c.BackoffInitial)
 	}
@@ -103,9 +114,10 @@ func (c Config) withDefaults() (Config, error) {
 // so that the budget is global.
 type Downloader struct {
 	// Immutable after NewDownloader.
-	src Source
-	cfg Config
-	sem *connSem
+	src  Source
+	cfg  Config
+	sem  *connSem
+	unit int64 // check unit: the span of each CRC32C kept (see checkunits.go)
 	// small is the small-object lane (nil: none); smallAuto, that its
 	// budget follows the connection budget.
 	small     *connSem
@@ -151,7 +163,8 @@ func NewDownloader(src Source, cfg Config) (*Downloader, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Downloader{src: src, cfg: cfg, sem: sem, inflight: make(map[*slice]*download)}
+	d := &Downloader{src: src, cfg: cfg, sem: sem, unit: min(cfg.SliceSize, checkUnit),
+		inflight: make(map[*slice]*download)}
 	if cfg.SmallObjectSize != NoSmallLane {
 		d.smallAuto = cfg.SmallConnections == 0
 		if d.small, err = newConnSem(cmp.Or(cfg.SmallConnections, cfg.Connections)); err != nil {
@@ -207,8 +220,9 @@ func (d *Downloader) Stats() stats.Fetch {
 // Fetch runs. A nil u means Warm. Among downloads of equal priority, the
 // one that called Fetch first is served first.
 //
-// Failed range reads are retried per Config; a CRC32C mismatch re-fetches
-// the whole object once. Errors: ErrGenerationChanged if the object changed
+// Failed range reads are retried per Config; a CRC32C mismatch re-reads
+// the object, whole and then the parts whose reads disagree, for up to
+// Config.ChecksumAttempts rounds. Errors: ErrGenerationChanged if the object changed
 // mid-download (also ErrNotFound if that generation is gone): Stat again
 // and restart; ErrChecksum; the last error of a range that ran out of
 // attempts, or the first error not worth retrying (a *googleapi.Error for
@@ -239,30 +253,40 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 		u = NewUrgency(Warm)
 	}
 	order := d.tickets.Add(1)
+	units := newCheckUnits(a.Size, d.unit)
+	todo := units.all()
 	for try := 1; ; try++ {
-		crc, err := d.fetchOnce(ctx, a, dst, u, order)
+		rs, err := d.fetchRound(ctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize))
 		if err != nil {
 			return err
 		}
+		if err := units.record(todo, rs); err != nil {
+			return err
+		}
+		crc := units.sum()
 		if !a.HasCRC32C || crc == a.CRC32C {
 			return nil
 		}
 		d.stats.crcFailures.Add(1)
-		if try == 2 {
-			return fmt.Errorf("%w: got %08x, want %08x", ErrChecksum, crc, a.CRC32C)
+		// Only the assembled object shows a flipped byte: read again what
+		// no two reads agree on.
+		todo = units.unconfirmed()
+		switch {
+		case len(todo) == 0:
+			return fmt.Errorf("%w: got %08x, want %08x, reading the same bytes every time", ErrChecksum, crc, a.CRC32C)
+		case try >= d.cfg.ChecksumAttempts:
+			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads", ErrChecksum, crc, a.CRC32C, try)
 		}
-		// Only the assembled object shows a flipped byte; fetch it again.
 		d.stats.retries[CauseChecksum].Add(1)
+		if err := sleepCtx(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
+			return err
+		}
 	}
 }
 
-// fetchOnce downloads every slice of a into dst and returns the CRC32C of
-// the bytes written.
-func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency, order uint64) (uint32, error) {
-	if a.Size == 0 {
-		return 0, nil
-	}
-	n := (a.Size + d.cfg.SliceSize - 1) / d.cfg.SliceSize
+// fetchRound reads the ranges rs of a into dst, in parallel, and returns
+// them (with any split off them) in object order.
+func (d *Downloader) fetchRound(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency, order uint64, rs []*slice) ([]*slice, error) {
 	// The first failing slice cancels sctx with its error as the cause,
 	// before it frees its connection slot, so no further slice starts and
 	// that error, not a sibling's cancellation, is what Fetch returns.
@@ -270,9 +294,7 @@ func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u 
 	defer abort(nil)
 	var wg sync.WaitGroup
 	dl := &download{o: a.Object, dst: dst, u: u, order: order, sem: d.lane(a.Size), ctx: sctx, abort: abort, wg: &wg}
-	for i := range n {
-		off := i * d.cfg.SliceSize
-		s := &slice{off: off, n: min(d.cfg.SliceSize, a.Size-off)}
+	for _, s := range rs {
 		// One slot per slice, taken here so that a download queues at most
 		// one waiter at a time and starts no goroutine it cannot feed.
 		if dl.sem.acquire(sctx, u, order) != nil {
@@ -283,20 +305,7 @@ func (d *Downloader) fetchOnce(ctx context.Context, a Attrs, dst io.WriterAt, u 
 	}
 	wg.Wait()
 	if err := context.Cause(sctx); err != nil {
-		return 0, err
+		return nil, err
 	}
-	// The slices, and the ranges split off them, tile the object.
-	var crc uint32
-	var next int64
-	for _, s := range dl.sorted() {
-		if s.off != next || s.done != s.n {
-			return 0, fmt.Errorf("internal error: range at %d of %d bytes, %d written, after %d", s.off, s.n, s.done, next)
-		}
-		crc = crc32cCombine(crc, s.crc, s.n)
-		next += s.n
-	}
-	if next != a.Size {
-		return 0, fmt.Errorf("internal error: ranges cover %d of %d bytes", next, a.Size)
-	}
-	return crc, nil
+	return dl.sorted(), nil
 }

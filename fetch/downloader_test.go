@@ -23,6 +23,7 @@ func TestNewDownloaderConfig(t *testing.T) {
 		{BackoffInitial: time.Second, BackoffMax: time.Millisecond},
 		{SmallObjectSize: -2},
 		{SmallConnections: -1},
+		{ChecksumAttempts: -1},
 	}
 	for _, cfg := range bad {
 		if _, err := NewDownloader(d, cfg); err == nil {
@@ -34,7 +35,7 @@ func TestNewDownloaderConfig(t *testing.T) {
 	}
 	dl := newDownloader(t, d, Config{})
 	want := Config{DefaultSliceSize, DefaultConnections, DefaultMaxAttempts,
-		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout, DefaultSmallObjectSize, 0}
+		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout, DefaultSmallObjectSize, 0, DefaultChecksumAttempts}
 	if dl.cfg != want {
 		t.Errorf("defaults = %+v; want %+v", dl.cfg, want)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"sync"
 	"time"
@@ -24,7 +23,9 @@ type slice struct {
 	recvStart time.Time
 	recvDone  int64
 
-	crc uint32 // CRC32C of the bytes written; the fetching goroutine's
+	// crcs are the CRC32Cs of the bytes written, one per check unit the
+	// range overlaps (see addCRC); the fetching goroutine's.
+	crcs []uint32
 }
 
 // String returns the slice's byte range, inclusive, as in an HTTP Range.
@@ -103,7 +104,7 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 }
 
 // readRange makes one attempt at the missing tail of s, advancing s.done and
-// s.crc as bytes are written. A stall watchdog cancels the attempt if no
+// s.crcs as bytes are written. A stall watchdog cancels the attempt if no
 // bytes arrive for Config.StallTimeout.
 func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.WriterAt) (err error) {
 	rctx, cancel := context.WithCancelCause(ctx)
@@ -168,7 +169,7 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 			if _, werr := dst.WriteAt(buf[:m], s.off+done); werr != nil {
 				return &dstError{werr}
 			}
-			s.crc = crc32.Update(s.crc, castagnoli, buf[:m])
+			s.addCRC(s.off+done, buf[:m], d.unit)
 			s.mu.Lock()
 			s.done += int64(m)
 			done = s.done

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/api/googleapi"
 )
 
-// RetryCause is why a range (or, for CauseChecksum, a whole object) was
+// RetryCause is why a range (or, for CauseChecksum, an object) was
 // retried. The set is small and fixed so it maps onto a metric label.
 type RetryCause uint8
 
@@ -30,7 +30,8 @@ const (
 	CauseShortRead
 	// CauseStall is a range that delivered no bytes for Config.StallTimeout.
 	CauseStall
-	// CauseChecksum is a whole object re-fetched after a CRC32C mismatch.
+	// CauseChecksum is a round of re-reads of an object (whole, or the
+	// parts its reads disagree on) after a CRC32C mismatch.
 	CauseChecksum
 
 	numRetryCauses = iota

@@ -96,6 +96,14 @@ var tierTable = []metric[stats.Tier]{
 		func(t stats.Tier) float64 { return float64(t.Revalidations) }),
 	counter(desc("cacheagent_tier_damaged_total", "Copies dropped because their file changed behind the cache's back.", "tier"),
 		func(t stats.Tier) float64 { return float64(t.Damaged) }),
+	counter(desc("cacheagent_tier_verify_bytes_total", "Bytes of the tier's copies read by verification (cacheagent verify, the scrub).", "tier"),
+		func(t stats.Tier) float64 { return float64(t.VerifiedBytes) }),
+	counter(desc("cacheagent_tier_verified_total", "Copies whose CRC32C verification found intact.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Verified) }),
+	counter(desc("cacheagent_tier_unverifiable_total", "Copies verified by size only: their source gives no CRC32C.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Unverifiable) }),
+	counter(desc("cacheagent_tier_corrupt_total", "Copies dropped because their bytes did not match their CRC32C.", "tier"),
+		func(t stats.Tier) float64 { return float64(t.Corrupt) }),
 }
 
 // upperTierTable is the series of a tier above another (shm above disk),

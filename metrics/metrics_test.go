@@ -36,6 +36,10 @@ func TestMetrics(t *testing.T) {
 		`cacheagent_tier_hits_total{tier="shm"} 3`,
 		`cacheagent_tier_promotions_total{tier="shm"} 5`,
 		`cacheagent_tier_promotions_skipped_total{tier="shm"} 1`,
+		`cacheagent_tier_verify_bytes_total{tier="disk"} 9000`,
+		`cacheagent_tier_verified_total{tier="disk"} 4`,
+		`cacheagent_tier_unverifiable_total{tier="disk"} 2`,
+		`cacheagent_tier_corrupt_total{tier="shm"} 1`,
 		`cacheagent_fetch_retries_total{cause="stall"} 3`,
 		`cacheagent_fetch_retries_total{cause="throttled"} 0`,
 		`cacheagent_fetch_bytes_total 42`,
@@ -82,8 +86,8 @@ func newTestServer(t *testing.T) *httptest.Server {
 	m := New("v1", Sources{
 		Tiers: func() stats.Cache {
 			return stats.Cache{Tiers: []stats.Tier{
-				{Name: "shm", Hits: 3, Promotions: 5, PromotionsSkipped: 1},
-				{Name: "disk", Entries: 2, UsedBytes: 8192}}}
+				{Name: "shm", Hits: 3, Promotions: 5, PromotionsSkipped: 1, Corrupt: 1},
+				{Name: "disk", Entries: 2, UsedBytes: 8192, VerifiedBytes: 9000, Verified: 4, Unverifiable: 2}}}
 		},
 		Fetch:   func() stats.Fetch { return fs },
 		Pending: func() map[fetch.Priority]int { return map[fetch.Priority]int{fetch.Warm: 7} },

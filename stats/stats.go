@@ -57,6 +57,16 @@ type Tier struct {
 	// replaced, truncated or written to behind the cache's back (base
 	// tier; a damaged shm copy counts as an eviction of the shm tier).
 	Damaged int64 `json:"damaged"`
+	// VerifiedBytes counts the bytes of the tier's copies read by
+	// verification (tier.Cache.Verify: cacheagent verify, the scrub);
+	// Verified the copies whose CRC32C matched the index, Unverifiable the
+	// copies of objects without a CRC32C (checked by size only), Corrupt
+	// the copies whose bytes did not match (or could not be read) and
+	// were dropped.
+	VerifiedBytes int64 `json:"verified_bytes"`
+	Verified      int64 `json:"verified"`
+	Unverifiable  int64 `json:"unverifiable"`
+	Corrupt       int64 `json:"corrupt"`
 	// Promotions counts the copies made into the tier from the one below
 	// it; PromotionsSkipped the promotions that did not fit (budget or
 	// filesystem full). Only a tier above another (shm above disk)

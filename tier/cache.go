@@ -86,6 +86,7 @@ type Cache struct {
 type counters struct {
 	hits, misses, revalidations, fills, bytesFetched, evictions int64
 	shmHits, promotions, promoteSkips, demotions, damaged       int64
+	verify, shmVerify                                           verifyCounters // by tier
 }
 
 // Open opens (creating if needed) the cache in cfg.Dir (and cfg.ShmDir),

@@ -149,6 +149,19 @@
 // so a race with the watcher never serves a short or foreign file. If the
 // kernel refuses the watches, the cache runs unwatched, with a warning.
 //
+// # Verification
+//
+// The watcher and Open compare only inode, size and mtime, so a byte that
+// changes under them (bit rot, a write through a hard link) would be served.
+// Verify reads every copy of the objects it selects, shm and disk, with no
+// lock held and at a bounded rate, and compares its CRC32C with the one the
+// index recorded from the source; a copy that differs or cannot be read is
+// dropped as a damaged one is (doomed, demoted or refetched) and counted in
+// its tier's Corrupt figure, one whose file changed is dropped as damaged.
+// Objects without a CRC32C (HasCRC32C false: a Dir source) are checked by
+// size only and counted Unverifiable. Disk pages read only for the check
+// are dropped from the page cache after it.
+//
 // # Plans
 //
 // Loaders may announce access plans: Plan(ctx, id, objects) says a reader

@@ -230,6 +230,12 @@ func (c *Cache) dropGen(bucket, name string, gen int64) {
 // file is deleted once no handle uses it, and the next use fetches (or
 // promotes) it again. It reports whether cp was still live.
 func (c *Cache) dropDamaged(cp *entry) bool {
+	return c.dropCopy(cp, func() { c.stats.damaged++ })
+}
+
+// dropCopy drops live copy cp as dropDamaged does, calls count (with c.mu
+// held) if it did, and reports whether it did.
+func (c *Cache) dropCopy(cp *entry, count func()) bool {
 	c.idxMu.Lock()
 	if c.idxClosed {
 		c.idxMu.Unlock()
@@ -247,7 +253,7 @@ func (c *Cache) dropDamaged(cp *entry) bool {
 		dead = c.dropLocked(cp, true, nil)
 	}
 	if ok {
-		c.stats.damaged++
+		count()
 	}
 	c.mu.Unlock()
 	c.deleteRecords(dropped)

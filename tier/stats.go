@@ -27,6 +27,7 @@ func (c *Cache) statsLocked() stats.Cache {
 		UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved, PinnedBytes: b.pinnedBytes,
 		PendingBytes: b.pending, Hits: n.hits - n.shmHits, Misses: n.misses, Revalidations: n.revalidations,
 		Fills: n.fills, BytesFetched: n.bytesFetched, Evictions: n.evictions, Damaged: n.damaged}
+	n.verify.fill(&base)
 	_, base.InUseBytes = b.fixedBytesLocked()
 	base.SetHitRatio()
 	h := c.hot
@@ -39,6 +40,7 @@ func (c *Cache) statsLocked() stats.Cache {
 		UsedBytes: h.used, MaxBytes: h.maxBytes, ReservedBytes: h.reserved, PinnedBytes: h.pinnedBytes,
 		PendingBytes: h.pending, Hits: n.shmHits, Misses: n.hits - n.shmHits + n.misses,
 		Evictions: n.demotions, Promotions: n.promotions, PromotionsSkipped: n.promoteSkips}
+	n.shmVerify.fill(&shm)
 	_, shm.InUseBytes = h.fixedBytesLocked()
 	shm.SetHitRatio()
 	return stats.Cache{Tiers: []stats.Tier{shm, base}}
@@ -165,4 +167,9 @@ func (c *Cache) trimHot() int64 {
 	c.mu.Unlock()
 	c.removeFiles(dead)
 	return over
+}
+
+// fill copies the verification counts into t.
+func (v verifyCounters) fill(t *stats.Tier) {
+	t.VerifiedBytes, t.Verified, t.Unverifiable, t.Corrupt = v.bytes, v.verified, v.unverifiable, v.corrupt
 }

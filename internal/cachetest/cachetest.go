@@ -160,3 +160,39 @@ func Goroutines(t testing.TB, owners ...string) {
 		}
 	}
 }
+
+// FlipByte flips the byte at off of the tier data file at p the way bit
+// rot would, unseen by the cache: the write goes through a hard link in the
+// tier's temp directory (<root>/data/tmp, which the cache's watcher does
+// not watch), and the file keeps its inode, size and modification time.
+func FlipByte(t testing.TB, p string, off int64) {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(filepath.Dir(filepath.Dir(p)), "tmp", "flip-byte-test")
+	if err := os.Link(p, link); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(link)
+	f, err := os.OpenFile(link, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	_, err = f.ReadAt(b, off)
+	if err == nil {
+		b[0] ^= 0xff
+		_, err = f.WriteAt(b, off)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(link, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -12,6 +12,10 @@ var ErrConfig = errors.New("linkshape: invalid fault configuration")
 // DefaultResetWithin is Random.ResetWithin's default: 1 MiB.
 const DefaultResetWithin = 1 << 20
 
+// DefaultCorruptWithin is Random.CorruptWithin's default: 4 KiB, so that
+// the flipped byte lands in most bodies.
+const DefaultCorruptWithin = 4 << 10
+
 // Random describes a fault plan that fails a share of media GETs at random.
 // Each media GET's draw depends only on Seed and its number n, so the same
 // sequence of requests gets the same faults on every run (under concurrency
@@ -33,23 +37,36 @@ type Random struct {
 	// ResetWithin bounds the reset offsets, in bytes. 0 means
 	// DefaultResetWithin.
 	ResetWithin int64
+	// CorruptRate is the share of media GETs, in [0, 1], whose body has one
+	// byte flipped (Fault.Corrupt) at a random offset in [0,
+	// CorruptWithin). A body shorter than the draw is delivered intact. The
+	// three rates together must not exceed 1.
+	CorruptRate float64
+	// CorruptWithin bounds the offsets of flipped bytes. 0 means
+	// DefaultCorruptWithin.
+	CorruptWithin int64
 }
 
-// Plan validates r and returns its fault plan, or nil if both rates are 0.
+// Plan validates r and returns its fault plan, or nil if every rate is 0.
 func (r Random) Plan() (FaultPlan, error) {
 	switch {
 	case !(r.StatusRate >= 0 && r.StatusRate <= 1): // also rejects NaN
 		return nil, fmt.Errorf("%w: status rate %v is not in [0, 1]", ErrConfig, r.StatusRate)
 	case !(r.ResetRate >= 0 && r.ResetRate <= 1):
 		return nil, fmt.Errorf("%w: reset rate %v is not in [0, 1]", ErrConfig, r.ResetRate)
-	case r.StatusRate+r.ResetRate > 1:
-		return nil, fmt.Errorf("%w: status rate %v + reset rate %v exceed 1", ErrConfig, r.StatusRate, r.ResetRate)
+	case !(r.CorruptRate >= 0 && r.CorruptRate <= 1):
+		return nil, fmt.Errorf("%w: corrupt rate %v is not in [0, 1]", ErrConfig, r.CorruptRate)
+	case r.StatusRate+r.ResetRate+r.CorruptRate > 1:
+		return nil, fmt.Errorf("%w: status rate %v + reset rate %v + corrupt rate %v exceed 1",
+			ErrConfig, r.StatusRate, r.ResetRate, r.CorruptRate)
 	case r.Status != 0 && r.Status != http.StatusTooManyRequests && (r.Status < 500 || r.Status > 599):
 		return nil, fmt.Errorf("%w: status %d is not 429 or 5xx", ErrConfig, r.Status)
 	case r.ResetWithin < 0:
 		return nil, fmt.Errorf("%w: negative reset offset bound %d", ErrConfig, r.ResetWithin)
+	case r.CorruptWithin < 0:
+		return nil, fmt.Errorf("%w: negative corrupt offset bound %d", ErrConfig, r.CorruptWithin)
 	}
-	if r.StatusRate == 0 && r.ResetRate == 0 {
+	if r.StatusRate == 0 && r.ResetRate == 0 && r.CorruptRate == 0 {
 		return nil, nil
 	}
 	if r.Status == 0 {
@@ -58,6 +75,9 @@ func (r Random) Plan() (FaultPlan, error) {
 	if r.ResetWithin == 0 {
 		r.ResetWithin = DefaultResetWithin
 	}
+	if r.CorruptWithin == 0 {
+		r.CorruptWithin = DefaultCorruptWithin
+	}
 	return func(_ *http.Request, n int) Fault {
 		u := unit(mix(r.Seed, 2*uint64(n)))
 		switch {
@@ -65,6 +85,8 @@ func (r Random) Plan() (FaultPlan, error) {
 			return Fault{Status: r.Status}
 		case u < r.StatusRate+r.ResetRate:
 			return Fault{ResetAfter: 1 + int64(mix(r.Seed, 2*uint64(n)+1)%uint64(r.ResetWithin))}
+		case u < r.StatusRate+r.ResetRate+r.CorruptRate:
+			return Fault{Corrupt: true, CorruptAt: int64(mix(r.Seed, 2*uint64(n)+1) % uint64(r.CorruptWithin))}
 		}
 		return Fault{}
 	}, nil

@@ -17,6 +17,10 @@ func TestRandomRejectsBadConfigs(t *testing.T) {
 		{StatusRate: 0.1, Status: http.StatusNotFound},
 		{StatusRate: 0.1, Status: 42},
 		{ResetRate: 0.1, ResetWithin: -1},
+		{CorruptRate: -0.1},
+		{CorruptRate: math.NaN()},
+		{StatusRate: 0.5, ResetRate: 0.3, CorruptRate: 0.3},
+		{CorruptRate: 0.1, CorruptWithin: -1},
 	} {
 		if _, err := r.Plan(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v.Plan() error = %v; want ErrConfig", r, err)
@@ -33,14 +37,14 @@ func TestRandomWithoutFaultsIsNil(t *testing.T) {
 
 func TestRandomRatesAndDeterminism(t *testing.T) {
 	const n = 100_000
-	cfg := Random{Seed: 11, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000}
+	cfg := Random{Seed: 11, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000, CorruptRate: 0.1, CorruptWithin: 300}
 	a, err := cfg.Plan()
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
 	b, _ := cfg.Plan()
 	other, _ := Random{Seed: 12, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000}.Plan()
-	var statuses, resets, differ int
+	var statuses, resets, corrupts, differ int
 	for i := 1; i <= n; i++ {
 		f := a(nil, i)
 		if g := b(nil, i); g != f {
@@ -60,8 +64,13 @@ func TestRandomRatesAndDeterminism(t *testing.T) {
 			if f.ResetAfter < 1 || f.ResetAfter > cfg.ResetWithin {
 				t.Fatalf("draw %d: reset after %d; want in [1, %d]", i, f.ResetAfter, cfg.ResetWithin)
 			}
+		case f.Corrupt:
+			corrupts++
+			if f.CorruptAt < 0 || f.CorruptAt >= cfg.CorruptWithin {
+				t.Fatalf("draw %d: corrupt at %d; want in [0, %d)", i, f.CorruptAt, cfg.CorruptWithin)
+			}
 		case f != Fault{}:
-			t.Fatalf("draw %d: %+v; want a status, a reset or nothing", i, f)
+			t.Fatalf("draw %d: %+v; want a status, a reset, a flipped byte or nothing", i, f)
 		}
 	}
 	// The draws are fixed by the seed, so these bounds are not flaky: they
@@ -71,6 +80,9 @@ func TestRandomRatesAndDeterminism(t *testing.T) {
 	}
 	if resets < 0.18*n || resets > 0.22*n {
 		t.Errorf("%d resets in %d draws; want about %d", resets, n, int(0.2*n))
+	}
+	if corrupts < 0.09*n || corrupts > 0.11*n {
+		t.Errorf("%d flipped bytes in %d draws; want about %d", corrupts, n, int(0.1*n))
 	}
 	if differ < n/10 {
 		t.Errorf("seeds 11 and 12 differ in %d of %d draws; want independent streams", differ, n)

@@ -48,12 +48,13 @@ func main() {
 		errorRate   = flag.Float64("error-rate", 0, "share of object downloads answered with -error-status, in [0, 1]")
 		errorStatus = flag.Int("error-status", http.StatusServiceUnavailable, "status of -error-rate's answers: 429 or 5xx")
 		resetRate   = flag.Float64("reset-rate", 0, "share of object downloads reset mid-body, in [0, 1]")
+		corruptRate = flag.Float64("corrupt-rate", 0, "share of object downloads with one byte flipped in their first 4 KiB, in [0, 1]")
 		resetWithin = flag.String("reset-within", "1MiB", "resets happen after a random number of body bytes up to this")
 		seed        = flag.Uint64("seed", 1, "seed of the fault draws")
 	)
 	flag.Parse()
 	cfg := config{listen: *listen, upstream: *upstream, firstByte: *firstByte, rate: *rate,
-		faults:      linkshape.Random{Seed: *seed, StatusRate: *errorRate, Status: *errorStatus, ResetRate: *resetRate},
+		faults:      linkshape.Random{Seed: *seed, StatusRate: *errorRate, Status: *errorStatus, ResetRate: *resetRate, CorruptRate: *corruptRate},
 		resetWithin: *resetWithin}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

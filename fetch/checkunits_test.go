@@ -1,0 +1,147 @@
+package fetch
+
+import (
+	"errors"
+	"hash/crc32"
+	"net/http"
+	"slices"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/linkshape"
+)
+
+func TestCheckUnitsRanges(t *testing.T) {
+	c := newCheckUnits(38, 4) // units 0..9, the last of 2 bytes
+	cases := []struct {
+		todo  []int
+		slice int64
+		want  [][2]int64 // off, n
+	}{
+		{c.all(), 16, [][2]int64{{0, 16}, {16, 16}, {32, 6}}},
+		{[]int{0, 1, 2, 5, 6, 9}, 8, [][2]int64{{0, 8}, {8, 4}, {20, 4}, {24, 4}, {36, 2}}},
+		{[]int{3}, 64, [][2]int64{{12, 4}}},
+		{nil, 8, nil},
+	}
+	for _, tc := range cases {
+		var got [][2]int64
+		for _, s := range c.ranges(tc.todo, tc.slice) {
+			got = append(got, [2]int64{s.off, s.n})
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("ranges(%v, %d) = %v; want %v", tc.todo, tc.slice, got, tc.want)
+		}
+	}
+}
+
+// readUnits plays one round of reads of c's units todo from data, as
+// ranges of at most slice bytes, each written in pieces of step bytes.
+func readUnits(t *testing.T, c *checkUnits, todo []int, data []byte, slice, step int64) {
+	t.Helper()
+	rs := c.ranges(todo, slice)
+	for _, s := range rs {
+		for off := s.off; off < s.off+s.n; off += step {
+			end := min(off+step, s.off+s.n)
+			s.addCRC(off, data[off:end], c.unit)
+			s.done = end - s.off
+		}
+	}
+	if err := c.record(todo, rs); err != nil {
+		t.Fatalf("record(%v): %v", todo, err)
+	}
+}
+
+func TestCheckUnitsConfirm(t *testing.T) {
+	good := emulator.Pattern(3, 1000)
+	want := crc32.Checksum(good, castagnoli)
+	bad := func(at int) []byte {
+		b := slices.Clone(good)
+		b[at] ^= 0xff
+		return b
+	}
+	c := newCheckUnits(int64(len(good)), 100)
+	// Round 1: unit 2 arrives corrupt. Nothing is confirmed yet.
+	readUnits(t, c, c.all(), bad(250), 300, 7)
+	if c.sum() == want {
+		t.Fatal("sum of a corrupt read matches")
+	}
+	if got := c.unconfirmed(); len(got) != 10 {
+		t.Fatalf("after one read: unconfirmed = %v; want every unit", got)
+	}
+	// Round 2: unit 7 arrives corrupt; every unit but 2 and 7 is confirmed.
+	readUnits(t, c, c.all(), bad(777), 300, 64)
+	if got := c.unconfirmed(); !slices.Equal(got, []int{2, 7}) {
+		t.Fatalf("after two reads: unconfirmed = %v; want [2 7]", got)
+	}
+	// Round 3 re-reads units 2 and 7 intact: the object is whole.
+	readUnits(t, c, []int{2, 7}, good, 300, 1000)
+	if c.sum() != want {
+		t.Errorf("after three reads: sum %08x; want %08x", c.sum(), want)
+	}
+	// The same wrong bytes twice confirm each other: nothing to re-read.
+	c = newCheckUnits(int64(len(good)), 100)
+	readUnits(t, c, c.all(), bad(5), 1000, 100)
+	readUnits(t, c, c.all(), bad(5), 1000, 33)
+	if got := c.unconfirmed(); len(got) != 0 || c.sum() == want {
+		t.Errorf("same corruption twice: unconfirmed = %v, sum ok %v; want none, false", got, c.sum() == want)
+	}
+	// Ranges that miss a unit asked for are an internal error.
+	rs := c.ranges([]int{1}, 1000)
+	if err := c.record([]int{1, 2}, rs); err == nil {
+		t.Error("record of ranges missing a unit = nil error; want an error")
+	}
+}
+
+// TestFetchGCSRandomCorruption: a link that flips a byte in 10% of
+// responses (seeded; one connection, so the n-th GET is always the same
+// range) no longer fails a 16-slice object: the second round reads it
+// whole, later rounds only the units the reads disagree on.
+func TestFetchGCSRandomCorruption(t *testing.T) {
+	const size = 16 << 16
+	for _, seed := range []uint64{1, 2, 3, 4, 5} {
+		cfg := fastConfig()
+		cfg.Connections = 1
+		e := newGCSEnv(t, size, cfg, emulator.Options{})
+		plan, err := linkshape.Random{Seed: seed, CorruptRate: 0.1}.Plan()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.s.SetFaults(plan)
+		got, err := fetchFile(t, e.d, e.a, nil)
+		if err != nil {
+			t.Fatalf("seed %d: Fetch: %v", seed, err)
+		}
+		checkBytes(t, "Fetch", got, e.data)
+		st := e.d.Stats()
+		if r := st.Retries[CauseChecksum.String()]; r != st.CRCFailures || r >= DefaultChecksumAttempts {
+			t.Errorf("seed %d: %d checksum retries, %d CRC failures; want as many, fewer than %d",
+				seed, r, st.CRCFailures, DefaultChecksumAttempts)
+		}
+		if st.CRCFailures > 1 && st.Bytes >= (st.CRCFailures+1)*size {
+			t.Errorf("seed %d: %d bytes written in %d rounds; want the third and later partial",
+				seed, st.Bytes, st.CRCFailures+1)
+		}
+		t.Logf("seed %d: %d rounds, %d bytes, %d GETs", seed, st.CRCFailures+1, st.Bytes, e.s.MediaGETs())
+	}
+}
+
+// TestFetchGCSCorruptionEveryRead: when every read arrives corrupt (a new
+// byte each time), Fetch gives up after Config.ChecksumAttempts rounds.
+func TestFetchGCSCorruptionEveryRead(t *testing.T) {
+	const size = 4 << 16
+	cfg := fastConfig()
+	cfg.ChecksumAttempts = 3
+	e := newGCSEnv(t, size, cfg, emulator.Options{})
+	e.s.SetFaults(func(_ *http.Request, n int) emulator.Fault {
+		return emulator.Fault{Corrupt: true, CorruptAt: int64(n % 1000)}
+	})
+	_, err := fetchFile(t, e.d, e.a, nil)
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Fetch error = %v; want ErrChecksum", err)
+	}
+	st := e.d.Stats()
+	if st.CRCFailures != 3 || st.Retries[CauseChecksum.String()] != 2 || st.Failures != 1 {
+		t.Errorf("CRC failures %d, checksum retries %d, failures %d; want 3, 2, 1",
+			st.CRCFailures, st.Retries[CauseChecksum.String()], st.Failures)
+	}
+}
