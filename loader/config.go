@@ -136,6 +136,12 @@ func (c Config) settings() (settings, error) {
 	if !s.Dataset.resolved() {
 		return s, fmt.Errorf("%w: row counts or specs unknown: call Dataset.Resolve", ErrDataset)
 	}
+	if s.Dataset.Format.tokens() {
+		var err error
+		if s.Dataset, err = s.Dataset.withWindows(); err != nil {
+			return s, err
+		}
+	}
 	s.sampler = sampler.Config{Mode: s.Shuffle, Seed: s.Seed, Window: s.Window, Rank: s.Rank, World: s.World,
 		Tail: s.Tail}
 	return s, nil

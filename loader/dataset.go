@@ -22,7 +22,13 @@ type Dataset struct {
 	Groups []Group
 	// Specs describe each named array (index-aligned with Names): element
 	// type and row shape, the same in every group. Resolve fills them in.
+	// Token datasets have none.
 	Specs []Spec
+	// Format is the shards' file format; the zero value is FormatNPY.
+	Format Format
+	// Token describes the windows of a token dataset (FormatTokens,
+	// FormatMegatron); see the package documentation, Token windows.
+	Token TokenSpec
 }
 
 // Group is one shard: one .npy object per array name.
@@ -31,8 +37,11 @@ type Group struct {
 	// A non-zero Generation pins the object's version.
 	Objects []fetch.Object
 	// Rows is the leading dimension shared by the group's arrays; 0 means
-	// unknown until Resolve reads the headers.
+	// unknown until Resolve reads the headers. For a token dataset it is
+	// derived from the token counts (the windows starting in the shard).
 	Rows int
+	// Tokens is a token dataset's token count in the shard.
+	Tokens int64
 }
 
 // Spec describes one named array of every group.
@@ -102,6 +111,9 @@ func (d Dataset) Validate() error {
 			return fmt.Errorf("%w: shard %d has %d rows", ErrDataset, i, g.Rows)
 		}
 	}
+	if d.Format.tokens() {
+		return d.validateTokens()
+	}
 	if d.Specs == nil {
 		return nil
 	}
@@ -118,6 +130,9 @@ func (d Dataset) Validate() error {
 
 // resolved reports whether every group's rows and every spec are known.
 func (d Dataset) resolved() bool {
+	if d.Format.tokens() {
+		return true // validateTokens checked the token counts
+	}
 	if len(d.Specs) != len(d.Names) {
 		return false
 	}
@@ -141,6 +156,14 @@ func (d Dataset) fingerprint(h hashWriter) {
 			h.u64(uint64(o.Generation))
 		}
 		h.u64(uint64(g.Rows))
+		if d.Format != FormatNPY { // npy fingerprints stay as they were
+			h.u64(uint64(g.Tokens))
+		}
+	}
+	if d.Format != FormatNPY {
+		h.u64(uint64(d.Format))
+		h.u64(uint64(d.Token.DType))
+		h.u64(uint64(d.Token.SeqLen))
 	}
 }
 

@@ -30,6 +30,7 @@ type group struct {
 	// Set by the opener before ready is closed; read-only afterwards.
 	leases   []Lease
 	arrays   []array.Array
+	segs     []segment // token datasets: the stream's tokens the shard's windows read
 	err      error
 	fetched  time.Time // end of the fetch phase
 	promoted time.Time // end of the disk→shm phase (and the mapping)
@@ -218,7 +219,14 @@ func (l *Loader) open(ctx context.Context, g *group) {
 		}
 		g.promoted = time.Now()
 	}
-	leases, arrays, err := l.acquire(ctx, g.index)
+	var leases []Lease
+	var arrays []array.Array
+	var err error
+	if l.ds.Format.tokens() {
+		leases, g.segs, err = l.acquireTokens(ctx, g.index)
+	} else {
+		leases, arrays, err = l.acquire(ctx, g.index)
+	}
 	done := time.Now()
 	if l.cfg.Stager == nil {
 		g.fetched, g.promoted = done, done
