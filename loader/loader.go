@@ -46,7 +46,7 @@ type Loader struct {
 	names       []string // the batch arrays' names and specs
 	specs       []Spec
 	tokStart    []int64 // token datasets: each shard's first token, then the total
-	perEpoch    int // batches per epoch
+	perEpoch    int     // batches per epoch
 	start       State
 	end         int // the epoch after the last
 	fingerprint uint64

@@ -290,4 +290,3 @@ func megatronIndex(lengths []int32, pointers []int64) []byte {
 	}
 	return b
 }
-
