@@ -69,6 +69,10 @@ type Config struct {
 	// CopyAlways disables the zero-copy fast path: every batch is
 	// gathered into a buffer from NewBuffer.
 	CopyAlways bool
+	// RecordViews makes a WebDataset batch's fields views of the shards'
+	// mappings (Field.Views) instead of copies: the batch then keeps its
+	// shards leased until Release.
+	RecordViews bool
 
 	// Planner, if set, is told the access plan (see Planner). PlanID
 	// names the plan; "" means a name made from the configuration's

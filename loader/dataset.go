@@ -8,6 +8,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
 )
 
 // Dataset is what a Loader reads: a list of groups (shards), each a set of
@@ -29,6 +30,9 @@ type Dataset struct {
 	// Token describes the windows of a token dataset (FormatTokens,
 	// FormatMegatron); see the package documentation, Token windows.
 	Token TokenSpec
+	// Fields are a WebDataset dataset's field names ("jpg", "json"…), the
+	// union over its shards, first seen first: a Batch holds these.
+	Fields []string
 }
 
 // Group is one shard: one .npy object per array name.
@@ -42,6 +46,9 @@ type Group struct {
 	Rows int
 	// Tokens is a token dataset's token count in the shard.
 	Tokens int64
+	// Index is a WebDataset shard's member index (FromPatternWith sets
+	// it); nil means the Loader indexes the tar when it opens it.
+	Index *webdataset.Shard
 }
 
 // Spec describes one named array of every group.
@@ -114,6 +121,9 @@ func (d Dataset) Validate() error {
 	if d.Format.tokens() {
 		return d.validateTokens()
 	}
+	if d.Format == FormatWebDataset {
+		return d.validateRecords()
+	}
 	if d.Specs == nil {
 		return nil
 	}
@@ -130,8 +140,8 @@ func (d Dataset) Validate() error {
 
 // resolved reports whether every group's rows and every spec are known.
 func (d Dataset) resolved() bool {
-	if d.Format.tokens() {
-		return true // validateTokens checked the token counts
+	if d.Format != FormatNPY {
+		return true // token counts and sample counts are known once valid
 	}
 	if len(d.Specs) != len(d.Names) {
 		return false
@@ -164,6 +174,9 @@ func (d Dataset) fingerprint(h hashWriter) {
 		h.u64(uint64(d.Format))
 		h.u64(uint64(d.Token.DType))
 		h.u64(uint64(d.Token.SeqLen))
+		for _, f := range d.Fields {
+			h.str(f)
+		}
 	}
 }
 

@@ -121,6 +121,9 @@ func prepare(s settings) (*Loader, error) {
 	l := &Loader{cfg: s, ds: s.Dataset, end: s.Epoch + s.Epochs, fingerprint: s.fingerprint()}
 	l.rows, _ = l.ds.Rows()
 	l.names, l.specs = l.ds.Names, l.ds.Specs
+	if l.ds.Format == FormatWebDataset {
+		l.names, l.specs = nil, nil
+	}
 	if l.ds.Format.tokens() {
 		l.names, l.specs = tokenOutputs(l.ds)
 		l.tokStart = make([]int64, len(l.ds.Groups)+1)
@@ -182,6 +185,9 @@ func (l *Loader) makeSlots() error {
 	for range p {
 		s := &slot{l: l, ready: make(chan struct{}, 1), picks: make([]pick, 0, b)}
 		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.names, Arrays: make([]array.Array, len(l.names)), s: s}
+		if len(l.ds.Fields) > 0 {
+			s.batch.Fields = make([]Field, len(l.ds.Fields))
+		}
 		for j, sp := range l.specs {
 			buf, err := l.newBuffer(b * l.rowSize[j])
 			if err != nil {

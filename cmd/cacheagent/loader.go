@@ -17,7 +17,7 @@ func newLoaderCmd(opts *cli.Options) *cobra.Command {
 		Use:   "loader",
 		Short: "Inspect what the Go loader reads",
 	}
-	cmd.AddCommand(newLoaderIDsCmd(opts))
+	cmd.AddCommand(newLoaderIDsCmd(opts), newLoaderDumpCmd(opts))
 	return cmd
 }
 
