@@ -61,10 +61,11 @@ field i of sample k is data[offsets[k]:offsets[k+1]].`,
 				}
 				return dumpBatches(ctx, loader.FromStore(s), cfg, batches, out)
 			}
+			idx := wdsIndex(opts)
 			return withCache(cmd, opts, func(c *control.Client) error {
-				return run(mmapstore.New(c, mmapstore.Config{}), nil)
+				return run(mmapstore.New(c, mmapstore.Config{}), idx)
 			}, func(a *cli.Agent) error {
-				return run(mmapstore.New(a.Cache.Opener(), mmapstore.Config{}), nil)
+				return run(mmapstore.New(a.Cache.Opener(), mmapstore.Config{}), idx)
 			})
 		},
 	}
@@ -72,6 +73,12 @@ field i of sample k is data[offsets[k]:offsets[k+1]].`,
 	cmd.Flags().IntVar(&batches, "batches", 1, "how many batches to write")
 	cmd.Flags().StringVar(&out, "out", "", "directory to write the .npy files into")
 	return cmd
+}
+
+// wdsIndex is where WebDataset member indexes are kept: wds-index under
+// the cache directory, one file per object generation.
+func wdsIndex(opts *cli.Options) loader.IndexCache {
+	return loader.DirIndex(filepath.Join(opts.Config().Tiers.Disk.Dir, "wds-index"))
 }
 
 // dumpBatches writes the first n batches of a Loader of cfg over src into
