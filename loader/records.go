@@ -215,4 +215,3 @@ func (l *Loader) copyRecords(s *slot) {
 	}
 	l.counters.gathered.Add(copied)
 }
-

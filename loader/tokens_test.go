@@ -44,7 +44,7 @@ type dirEnv struct {
 
 // newDirEnv returns an empty dirEnv whose Store is checked for leases
 // outstanding at the end of the test.
-func newDirEnv(t *testing.T) *dirEnv {
+func newDirEnv(t testing.TB) *dirEnv {
 	t.Helper()
 	d := cachetest.NewDir(t)
 	c := cachetest.Cache(t, d.Src, cachetest.NewDownloader(t, d.Src), tier.Config{})

@@ -185,4 +185,3 @@ func descr(dt array.DType, bo array.ByteOrder) (string, error) {
 	}
 	return "", fmt.Errorf("byte order %s", bo)
 }
-
