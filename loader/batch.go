@@ -14,7 +14,8 @@ type Batch struct {
 	Epoch, Index int
 	// IDs are the samples' ids (row numbers across the dataset), in order.
 	IDs []int64
-	// Names are the arrays' names (Dataset.Names).
+	// Names are the arrays' names: Dataset.Names, or TokensName for a
+	// token dataset, or none for a WebDataset dataset (see Fields).
 	Names []string
 	// Arrays hold one array per name, in Names order, each in C order with
 	// shape [len(IDs), row shape...] and the dataset's element type.
