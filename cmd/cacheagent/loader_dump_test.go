@@ -76,3 +76,31 @@ func TestLoaderDumpTokens(t *testing.T) {
 		t.Fatalf("numpy check: %v\n%s", err, res)
 	}
 }
+
+// TestInspectFormats inspects a Megatron index, an llm.c shard and a tar
+// from the parsers' fixtures.
+func TestInspectFormats(t *testing.T) {
+	read := func(p string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "mmapstore", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	files := map[string][]byte{
+		"gpt.idx":   read("megatron/testdata/gpt_uint16.idx"),
+		"gpt2.bin":  read("tokens/testdata/gpt2_000001.bin"),
+		"shard.tar": read("webdataset/testdata/shard_pax.tar"),
+	}
+	var objs []fakestorage.Object
+	for n, b := range files {
+		objs = append(objs, fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bkt", Name: n}, Content: b})
+	}
+	s := startEmulator(t, emulator.Options{Objects: objs})
+	for name, want := range map[string]string{"gpt.idx": "megatron index", "gpt2.bin": "llm.c", "shard.tar": "webdataset tar"} {
+		out, err := runInspect(t, inspectOptions(t, s.Endpoint()), "gs://bkt/"+name)
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("inspect %s: %v\n%s", name, err, out)
+		}
+	}
+}
