@@ -14,7 +14,8 @@ type Batch struct {
 	Epoch, Index int
 	// IDs are the samples' ids (row numbers across the dataset), in order.
 	IDs []int64
-	// Names are the arrays' names (Dataset.Names).
+	// Names are the arrays' names: Dataset.Names, or TokensName for a
+	// token dataset, or none for a WebDataset dataset (see Fields).
 	Names []string
 	// Arrays hold one array per name, in Names order, each in C order with
 	// shape [len(IDs), row shape...] and the dataset's element type.
@@ -23,8 +24,24 @@ type Batch struct {
 	// batch buffer (the batch is a contiguous run of rows of one shard);
 	// the batch then keeps the shard leased until Release.
 	ZeroCopy bool
+	// Fields hold a WebDataset batch's fields (Dataset.Fields order),
+	// variable-length bytes per sample; Names and Arrays are then empty.
+	Fields []Field
 
 	s *slot
+}
+
+// Field is one field of a WebDataset batch, in Arrow's binary layout:
+// sample i's value is Data[Offsets[i]:Offsets[i+1]], empty for a sample
+// without the field. With Config.RecordViews, Offsets and Data are nil and
+// Views[i] is sample i's value aliasing the shard's mapping (nil if the
+// sample lacks the field); the batch then keeps its shards leased until
+// Release.
+type Field struct {
+	Name    string
+	Offsets []int64
+	Data    []byte
+	Views   [][]byte
 }
 
 // Len returns the number of samples.

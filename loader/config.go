@@ -69,6 +69,10 @@ type Config struct {
 	// CopyAlways disables the zero-copy fast path: every batch is
 	// gathered into a buffer from NewBuffer.
 	CopyAlways bool
+	// RecordViews makes a WebDataset batch's fields views of the shards'
+	// mappings (Field.Views) instead of copies: the batch then keeps its
+	// shards leased until Release.
+	RecordViews bool
 
 	// Planner, if set, is told the access plan (see Planner). PlanID
 	// names the plan; "" means a name made from the configuration's
@@ -135,6 +139,12 @@ func (c Config) settings() (settings, error) {
 	}
 	if !s.Dataset.resolved() {
 		return s, fmt.Errorf("%w: row counts or specs unknown: call Dataset.Resolve", ErrDataset)
+	}
+	if s.Dataset.Format.tokens() {
+		var err error
+		if s.Dataset, err = s.Dataset.withWindows(); err != nil {
+			return s, err
+		}
 	}
 	s.sampler = sampler.Config{Mode: s.Shuffle, Seed: s.Seed, Window: s.Window, Rank: s.Rank, World: s.World,
 		Tail: s.Tail}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
 )
 
 // Dataset is what a Loader reads: a list of groups (shards), each a set of
@@ -22,7 +23,16 @@ type Dataset struct {
 	Groups []Group
 	// Specs describe each named array (index-aligned with Names): element
 	// type and row shape, the same in every group. Resolve fills them in.
+	// Token datasets have none.
 	Specs []Spec
+	// Format is the shards' file format; the zero value is FormatNPY.
+	Format Format
+	// Token describes the windows of a token dataset (FormatTokens,
+	// FormatMegatron); see the package documentation, Token windows.
+	Token TokenSpec
+	// Fields are a WebDataset dataset's field names ("jpg", "json"…), the
+	// union over its shards, first seen first: a Batch holds these.
+	Fields []string
 }
 
 // Group is one shard: one .npy object per array name.
@@ -31,8 +41,14 @@ type Group struct {
 	// A non-zero Generation pins the object's version.
 	Objects []fetch.Object
 	// Rows is the leading dimension shared by the group's arrays; 0 means
-	// unknown until Resolve reads the headers.
+	// unknown until Resolve reads the headers. For a token dataset it is
+	// derived from the token counts (the windows starting in the shard).
 	Rows int
+	// Tokens is a token dataset's token count in the shard.
+	Tokens int64
+	// Index is a WebDataset shard's member index (FromPatternWith sets
+	// it); nil means the Loader indexes the tar when it opens it.
+	Index *webdataset.Shard
 }
 
 // Spec describes one named array of every group.
@@ -102,6 +118,12 @@ func (d Dataset) Validate() error {
 			return fmt.Errorf("%w: shard %d has %d rows", ErrDataset, i, g.Rows)
 		}
 	}
+	if d.Format.tokens() {
+		return d.validateTokens()
+	}
+	if d.Format == FormatWebDataset {
+		return d.validateRecords()
+	}
 	if d.Specs == nil {
 		return nil
 	}
@@ -118,6 +140,9 @@ func (d Dataset) Validate() error {
 
 // resolved reports whether every group's rows and every spec are known.
 func (d Dataset) resolved() bool {
+	if d.Format != FormatNPY {
+		return true // token counts and sample counts are known once valid
+	}
 	if len(d.Specs) != len(d.Names) {
 		return false
 	}
@@ -141,6 +166,17 @@ func (d Dataset) fingerprint(h hashWriter) {
 			h.u64(uint64(o.Generation))
 		}
 		h.u64(uint64(g.Rows))
+		if d.Format != FormatNPY { // npy fingerprints stay as they were
+			h.u64(uint64(g.Tokens))
+		}
+	}
+	if d.Format != FormatNPY {
+		h.u64(uint64(d.Format))
+		h.u64(uint64(d.Token.DType))
+		h.u64(uint64(d.Token.SeqLen))
+		for _, f := range d.Fields {
+			h.str(f)
+		}
 	}
 }
 

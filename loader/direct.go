@@ -43,19 +43,27 @@ func (d *DirectSource) Acquire(ctx context.Context, o fetch.Object) (Lease, erro
 	if err != nil {
 		return nil, fmt.Errorf("loader: direct read %s: %d of %d bytes: %w", a.Object, n, a.Size, err)
 	}
-	arr, err := npy.Parse(b)
-	if err != nil {
-		return nil, fmt.Errorf("loader: direct read %s: %w", a.Object, err)
-	}
-	return memLease{arr}, nil
+	return memLease{b: b, name: a.Object.String()}, nil
 }
 
-// memLease is a Lease on an array in Go memory; Release leaves it to the
-// garbage collector.
-type memLease struct{ a array.Array }
+// memLease is a Lease on an object's bytes in Go memory; Release leaves
+// them to the garbage collector.
+type memLease struct {
+	b    []byte
+	name string
+}
 
-// Array implements Lease.
-func (m memLease) Array() (array.Array, error) { return m.a, nil }
+// Array implements Lease: the bytes parsed as a .npy array.
+func (m memLease) Array() (array.Array, error) {
+	arr, err := npy.Parse(m.b)
+	if err != nil {
+		return array.Array{}, fmt.Errorf("loader: direct read %s: %w", m.name, err)
+	}
+	return arr, nil
+}
+
+// Bytes implements BytesLease.
+func (m memLease) Bytes() []byte { return m.b }
 
 // Release implements Lease.
 func (memLease) Release() error { return nil }

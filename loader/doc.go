@@ -36,6 +36,20 @@
 // are clear errors (ErrDataset), and the Loader checks every shard again
 // when it opens it.
 //
+// # Token windows and records
+//
+// FromPatternWith also reads token datasets (FormatTokens: raw token files
+// or llm.c shards; FormatMegatron: .bin/.idx pairs) and WebDataset tars
+// (FormatWebDataset). A token dataset's samples are windows: with T tokens
+// in the shards' streams concatenated in shard order and window length L
+// (TokenSpec.SeqLen), window k is tokens [kL, kL+L+1), for k below
+// floor((T-1)/L); windows cross file and document boundaries, and a shard's
+// rows for the sampler are the windows starting in it. A batch holds one
+// array, TokensName, of shape (batch, L+1), always copied (windows overlap
+// by a token). A WebDataset batch holds Batch.Fields, variable-length
+// bytes per sample, copied or (Config.RecordViews) views of the mapping.
+// docs/architecture.md states the construction exactly.
+//
 // # Order
 //
 // Package sampler decides the order: sequential, global (a permutation of

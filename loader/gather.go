@@ -64,7 +64,19 @@ func (l *Loader) gather(ctx context.Context, s *slot) {
 		}
 	}
 	s.tl.gatherStart = time.Now()
-	if l.zeroCopy(s) {
+	if l.ds.Format.tokens() {
+		if err := l.copyWindows(s); err != nil {
+			s.err = err
+		}
+		l.dropRefs(s)
+	} else if l.ds.Format == FormatWebDataset {
+		l.copyRecords(s)
+		if l.cfg.RecordViews {
+			s.batch.ZeroCopy = true // the slot keeps its references until Release
+		} else {
+			l.dropRefs(s)
+		}
+	} else if l.zeroCopy(s) {
 		s.batch.ZeroCopy = true // the slot keeps its reference until Release
 	} else {
 		l.copyRows(s)

@@ -12,6 +12,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
 )
 
 // group is one opening of a shard: its leases and arrays while in use. The
@@ -30,6 +31,9 @@ type group struct {
 	// Set by the opener before ready is closed; read-only afterwards.
 	leases   []Lease
 	arrays   []array.Array
+	segs     []segment         // token datasets: the stream's tokens the shard's windows read
+	tar      *webdataset.Shard // WebDataset: the shard's index and bytes
+	tarBytes []byte
 	err      error
 	fetched  time.Time // end of the fetch phase
 	promoted time.Time // end of the disk→shm phase (and the mapping)
@@ -218,7 +222,20 @@ func (l *Loader) open(ctx context.Context, g *group) {
 		}
 		g.promoted = time.Now()
 	}
-	leases, arrays, err := l.acquire(ctx, g.index)
+	var leases []Lease
+	var arrays []array.Array
+	var err error
+	switch {
+	case l.ds.Format.tokens():
+		leases, g.segs, err = l.acquireTokens(ctx, g.index)
+	case l.ds.Format == FormatWebDataset:
+		var ls Lease
+		if ls, g.tarBytes, g.tar, err = l.acquireRecords(ctx, g.index); err == nil {
+			leases = []Lease{ls}
+		}
+	default:
+		leases, arrays, err = l.acquire(ctx, g.index)
+	}
 	done := time.Now()
 	if l.cfg.Stager == nil {
 		g.fetched, g.promoted = done, done

@@ -43,7 +43,10 @@ type Loader struct {
 	ds          Dataset
 	rows        []int
 	rowSize     []int
-	perEpoch    int // batches per epoch
+	names       []string // the batch arrays' names and specs
+	specs       []Spec
+	tokStart    []int64 // token datasets: each shard's first token, then the total
+	perEpoch    int     // batches per epoch
 	start       State
 	end         int // the epoch after the last
 	fingerprint uint64
@@ -117,6 +120,17 @@ func New(src Source, cfg Config) (*Loader, error) {
 func prepare(s settings) (*Loader, error) {
 	l := &Loader{cfg: s, ds: s.Dataset, end: s.Epoch + s.Epochs, fingerprint: s.fingerprint()}
 	l.rows, _ = l.ds.Rows()
+	l.names, l.specs = l.ds.Names, l.ds.Specs
+	if l.ds.Format == FormatWebDataset {
+		l.names, l.specs = nil, nil
+	}
+	if l.ds.Format.tokens() {
+		l.names, l.specs = tokenOutputs(l.ds)
+		l.tokStart = make([]int64, len(l.ds.Groups)+1)
+		for i, g := range l.ds.Groups {
+			l.tokStart[i+1] = l.tokStart[i] + g.Tokens
+		}
+	}
 	first, err := sampler.NewEpoch(l.rows, s.sampler, s.Epoch)
 	if err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
@@ -164,14 +178,17 @@ func (l *Loader) resumeState() (State, error) {
 func (l *Loader) makeSlots() error {
 	p, b := l.cfg.Prefetch, l.cfg.BatchSize
 	l.free, l.ordered, l.todo = make(chan *slot, p), make(chan *slot, p), make(chan *slot, p)
-	l.rowSize = make([]int, len(l.ds.Specs))
-	for j, sp := range l.ds.Specs {
+	l.rowSize = make([]int, len(l.specs))
+	for j, sp := range l.specs {
 		l.rowSize[j] = sp.RowSize()
 	}
 	for range p {
 		s := &slot{l: l, ready: make(chan struct{}, 1), picks: make([]pick, 0, b)}
-		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.ds.Names, Arrays: make([]array.Array, len(l.ds.Names)), s: s}
-		for j, sp := range l.ds.Specs {
+		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.names, Arrays: make([]array.Array, len(l.names)), s: s}
+		if len(l.ds.Fields) > 0 {
+			s.batch.Fields = make([]Field, len(l.ds.Fields))
+		}
+		for j, sp := range l.specs {
 			buf, err := l.newBuffer(b * l.rowSize[j])
 			if err != nil {
 				return fmt.Errorf("loader: batch buffer of %d bytes: %w", b*l.rowSize[j], err)

@@ -30,15 +30,33 @@ const DefaultArrayName = "data"
 // element type or row shape between shards are errors wrapping ErrDataset;
 // a malformed pattern or one matching nothing wraps ErrPattern.
 func FromPattern(ctx context.Context, src fetch.Source, bucket, prefix, pattern string) (Dataset, error) {
-	re, names, err := compilePattern(pattern)
+	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
 	if err != nil {
 		return Dataset{}, err
+	}
+	idx := make([]int, len(d.Groups))
+	for i := range idx {
+		idx[i] = i
+	}
+	hs, err := readHeaders(ctx, src, d, idx, listed)
+	if err != nil {
+		return Dataset{}, err
+	}
+	return d, d.apply(idx, hs)
+}
+
+// listShards lists the objects matching pattern and groups them into
+// shards, in order, and returns the listed attributes.
+func listShards(ctx context.Context, src fetch.Source, bucket, prefix, pattern string) (Dataset, map[fetch.Object]fetch.Attrs, error) {
+	re, names, err := compilePattern(pattern)
+	if err != nil {
+		return Dataset{}, nil, err
 	}
 	shards := make(map[string][]fetch.Attrs)
 	listed := make(map[fetch.Object]fetch.Attrs)
 	for a, err := range src.List(ctx, bucket, prefix) {
 		if err != nil {
-			return Dataset{}, fmt.Errorf("loader: list gs://%s/%s: %w", bucket, prefix, err)
+			return Dataset{}, nil, fmt.Errorf("loader: list gs://%s/%s: %w", bucket, prefix, err)
 		}
 		m := re.FindStringSubmatch(strings.TrimPrefix(a.Name, prefix))
 		if m == nil {
@@ -55,7 +73,7 @@ func FromPattern(ctx context.Context, src fetch.Source, bucket, prefix, pattern 
 		listed[a.Object] = a
 	}
 	if len(shards) == 0 {
-		return Dataset{}, fmt.Errorf("%w: nothing under gs://%s/%s matches %q", ErrPattern, bucket, prefix, pattern)
+		return Dataset{}, nil, fmt.Errorf("%w: nothing under gs://%s/%s matches %q", ErrPattern, bucket, prefix, pattern)
 	}
 	keys := make([]string, 0, len(shards))
 	for k := range shards {
@@ -67,22 +85,14 @@ func FromPattern(ctx context.Context, src fetch.Source, bucket, prefix, pattern 
 		objs := make([]fetch.Object, len(names))
 		for j, a := range shards[k] {
 			if a.Name == "" {
-				return Dataset{}, fmt.Errorf("%w: shard %q has no array %s (no object matching %q)",
+				return Dataset{}, nil, fmt.Errorf("%w: shard %q has no array %s (no object matching %q)",
 					ErrDataset, k, names[j], expand(pattern, k, names[j]))
 			}
 			objs[j] = a.Object
 		}
 		d.Groups[i] = Group{Objects: objs}
 	}
-	idx := make([]int, len(d.Groups))
-	for i := range idx {
-		idx[i] = i
-	}
-	hs, err := readHeaders(ctx, src, d, idx, listed)
-	if err != nil {
-		return Dataset{}, err
-	}
-	return d, d.apply(idx, hs)
+	return d, listed, nil
 }
 
 // compilePattern turns a pattern into a regexp whose group "shard" is the

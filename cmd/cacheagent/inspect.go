@@ -41,6 +41,10 @@ type inspectReport struct {
 	Tensors []arrayReport `json:"tensors,omitempty"`
 	// Metadata is a .safetensors file's __metadata__.
 	Metadata map[string]string `json:"metadata,omitempty"`
+	// Megatron, Tokens and Tar describe the token and record formats.
+	Megatron *megatronReport `json:"megatron,omitempty"`
+	Tokens   *tokensReport   `json:"tokens,omitempty"`
+	Tar      *tarReport      `json:"tar,omitempty"`
 }
 
 // arrayReport describes one array or tensor.
@@ -141,7 +145,10 @@ func inspectObject(ctx context.Context, s *mmapstore.Store, o fetch.Object) (rep
 			rep.Tensors[i] = ar
 		}
 	default:
-		return inspectReport{}, fmt.Errorf("%w: neither .npy nor .safetensors", mmapstore.ErrFormat)
+		if ok, err := inspectOther(&rep, o.Name, l.Bytes()); ok || err != nil {
+			return rep, err
+		}
+		return inspectReport{}, fmt.Errorf("%w: not .npy, .safetensors, a Megatron .idx, an llm.c shard or a tar", mmapstore.ErrFormat)
 	}
 	return rep, nil
 }
@@ -157,6 +164,10 @@ func printInspect(w io.Writer, rep inspectReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "object\t%s\n", rep.Object)
 	fmt.Fprintf(tw, "size\t%d bytes\n", rep.Size)
+	if rep.Megatron != nil || rep.Tokens != nil || rep.Tar != nil {
+		printOther(tw, rep)
+		return tw.Flush()
+	}
 	if a := rep.Array; a != nil {
 		fmt.Fprintf(tw, "format\tnpy %s\n", rep.Version)
 		fmt.Fprintf(tw, "dtype\t%s (%s, %s)\n", a.DType, rep.Descr, a.ByteOrder)

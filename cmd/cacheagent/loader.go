@@ -6,9 +6,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/mmapstore"
 )
 
 // newLoaderCmd groups the loader's commands.
@@ -17,7 +19,7 @@ func newLoaderCmd(opts *cli.Options) *cobra.Command {
 		Use:   "loader",
 		Short: "Inspect what the Go loader reads",
 	}
-	cmd.AddCommand(newLoaderIDsCmd(opts))
+	cmd.AddCommand(newLoaderIDsCmd(opts), newLoaderDumpCmd(opts))
 	return cmd
 }
 
@@ -28,7 +30,9 @@ func newLoaderIDsCmd(opts *cli.Options) *cobra.Command {
 		Use:   "ids --data gs://BUCKET/PREFIX [--pattern P] --batch N --seed S --epoch E --rank R --world W",
 		Short: "Print the sample ids of each batch a rank reads, one batch per line",
 		Long: `ids prints, one line per batch and in order, the ids of the samples a loader with
-these settings returns (ids number the rows of all shards, in shard order). It lists
+these settings returns (ids number the rows of all shards, in shard order; for token
+datasets, --format tokens|megatron with --seq-len, they are window ids; for WebDataset
+tars, global sample indices, the tars indexed through the cache once). It lists
 the dataset and reads each shard's .npy header with a small ranged read, but reads no
 data: the order depends only on the row counts and the settings, and is the same on
 every machine. --resume-batch K starts at batch K of --epoch, as a resumed run does.`,
@@ -40,6 +44,32 @@ every machine. --resume-batch K starts at batch K of --epoch, as a resumed run d
 				return err
 			}
 			defer src.Close()
+			o, err := lf.Options(nil, nil)
+			if err != nil {
+				return err
+			}
+			if o.Format == loader.FormatWebDataset {
+				// Sample counts come from the tars' indexes: saved ones, or
+				// built from the tars, read through the cache.
+				idx := wdsIndex(opts)
+				ids := func(s *mmapstore.Store) error {
+					defer s.Close()
+					ds, err := lf.DatasetWith(ctx, src, loader.FromStore(s), idx)
+					if err != nil {
+						return err
+					}
+					cfg, err := lf.Config(ds)
+					if err != nil {
+						return err
+					}
+					return printIDs(cmd, cfg)
+				}
+				return withCache(cmd, opts, func(c *control.Client) error {
+					return ids(mmapstore.New(c, mmapstore.Config{}))
+				}, func(a *cli.Agent) error {
+					return ids(mmapstore.New(a.Cache.Opener(), mmapstore.Config{}))
+				})
+			}
 			ds, err := lf.Dataset(ctx, src)
 			if err != nil {
 				return err

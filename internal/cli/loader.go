@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -33,6 +34,9 @@ type LoaderFlags struct {
 	Tail        string
 	DropLast    bool
 	ResumeBatch int
+	Format      string
+	SeqLen      int
+	TokenDType  string
 }
 
 // Register adds the flags to fs.
@@ -51,14 +55,59 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Tail, "tail", sampler.Wrap.String(), "evening an epoch out across ranks: wrap (pad with repeats) or drop")
 	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
 	fs.IntVar(&f.ResumeBatch, "resume-batch", 0, "start at this batch of --epoch (a resumed run)")
+	fs.StringVar(&f.Format, "format", "", "shard format: npy, tokens, megatron or webdataset "+
+		"(default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
+	fs.IntVar(&f.SeqLen, "seq-len", 0, "token datasets: window length L (samples are L+1 tokens)")
+	fs.StringVar(&f.TokenDType, "token-dtype", "", "raw token files' type, e.g. uint16 (llm.c shards carry theirs)")
+}
+
+// Options returns the loader options the flags describe; records and idx
+// serve WebDataset datasets (nil elsewhere).
+func (f *LoaderFlags) Options(records loader.Source, idx loader.IndexCache) (loader.Options, error) {
+	o := loader.Options{SeqLen: f.SeqLen, Records: records, Index: idx}
+	var err error
+	if f.TokenDType != "" {
+		if o.TokenDType, err = loader.ParseDType(f.TokenDType); err != nil {
+			return o, fmt.Errorf("--token-dtype: %w", err)
+		}
+	}
+	switch {
+	case f.Format != "":
+		if o.Format, err = loader.ParseFormat(f.Format); err != nil {
+			return o, fmt.Errorf("--format: %w", err)
+		}
+	case strings.Contains(f.Pattern, "{bin,idx}") || strings.Contains(f.Pattern, "{idx,bin}"):
+		o.Format = loader.FormatMegatron
+	case strings.HasSuffix(f.Pattern, ".tar"):
+		o.Format = loader.FormatWebDataset
+	case f.TokenDType != "" || f.SeqLen != 0:
+		o.Format = loader.FormatTokens
+	}
+	if (o.Format == loader.FormatTokens || o.Format == loader.FormatMegatron) && o.SeqLen < 1 {
+		return o, fmt.Errorf("--format %s needs --seq-len", o.Format)
+	}
+	return o, nil
 }
 
 // Dataset builds the dataset from --data and --pattern, or --manifest,
-// reading headers from src.
+// reading headers from src. A WebDataset dataset needs DatasetWith.
 func (f *LoaderFlags) Dataset(ctx context.Context, src fetch.Source) (loader.Dataset, error) {
+	return f.DatasetWith(ctx, src, nil, nil)
+}
+
+// DatasetWith is Dataset with the Source that lends WebDataset shards to
+// index, and where their indexes are kept.
+func (f *LoaderFlags) DatasetWith(ctx context.Context, src fetch.Source, records loader.Source,
+	idx loader.IndexCache) (loader.Dataset, error) {
+	o, err := f.Options(records, idx)
+	if err != nil {
+		return loader.Dataset{}, err
+	}
 	switch {
 	case (f.Data == "") == (f.Manifest == ""):
 		return loader.Dataset{}, fmt.Errorf("give either --data gs://BUCKET/PREFIX or --manifest FILE")
+	case f.Manifest != "" && o.Format != loader.FormatNPY:
+		return loader.Dataset{}, fmt.Errorf("--manifest lists .npy datasets; --format %s needs --data", o.Format)
 	case f.Manifest != "":
 		b, err := readLimited(f.Manifest, maxManifest)
 		if err != nil {
@@ -74,7 +123,7 @@ func (f *LoaderFlags) Dataset(ctx context.Context, src fetch.Source) (loader.Dat
 	if err != nil {
 		return loader.Dataset{}, err
 	}
-	return loader.FromPattern(ctx, src, u.Bucket, u.Path, f.Pattern)
+	return loader.FromPatternWith(ctx, src, u.Bucket, u.Path, f.Pattern, o)
 }
 
 // readLimited reads a file of at most max bytes.

@@ -1,0 +1,217 @@
+package loader
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+)
+
+// IndexCache keeps WebDataset member indexes (webdataset.Shard's
+// MarshalBinary) across runs, keyed by object generation. Implementations
+// must be safe for concurrent use.
+type IndexCache interface {
+	// Load returns the saved index of o (a pinned generation), if any.
+	Load(o fetch.Object) ([]byte, bool)
+	// Store saves the index of o.
+	Store(o fetch.Object, b []byte) error
+}
+
+// DirIndex returns an IndexCache of files in dir (created on the first
+// Store), one per (bucket, name, generation): the name is the SHA-256 of
+// the three, so a new generation never finds an old index.
+func DirIndex(dir string) IndexCache { return dirIndex(dir) }
+
+// dirIndex is DirIndex's IndexCache.
+type dirIndex string
+
+// path returns the file of o's index.
+func (d dirIndex) path(o fetch.Object) string {
+	h := sha256.Sum256([]byte(o.Bucket + "\x00" + o.Name + "\x00" + strconv.FormatInt(o.Generation, 10)))
+	return filepath.Join(string(d), hex.EncodeToString(h[:16])+".wdsidx")
+}
+
+// Load implements IndexCache.
+func (d dirIndex) Load(o fetch.Object) ([]byte, bool) {
+	b, err := os.ReadFile(d.path(o))
+	return b, err == nil
+}
+
+// Store implements IndexCache: it writes a temporary file and renames it.
+func (d dirIndex) Store(o fetch.Object, b []byte) error {
+	if err := os.MkdirAll(string(d), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(string(d), ".wdsidx-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(f.Name(), d.path(o))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
+
+// fromRecords builds a WebDataset dataset: each tar's index comes from
+// o.Index (validated with webdataset.UnmarshalShard against the listed
+// size; rebuilt if it does not decode) or from scanning the tar acquired
+// through o.Records, and is then saved to o.Index.
+func fromRecords(ctx context.Context, src fetch.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
+	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
+	if err != nil {
+		return Dataset{}, err
+	}
+	d.Format = FormatWebDataset
+	if len(d.Names) != 1 {
+		return Dataset{}, fmt.Errorf("%w: a WebDataset shard is one tar; the pattern names %v", ErrDataset, d.Names)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(headerParallelism)
+	for i := range d.Groups {
+		g.Go(func() error {
+			a := listed[d.Groups[i].Objects[0]]
+			x, err := tarIndex(gctx, a, o)
+			if err != nil {
+				return err
+			}
+			d.Groups[i].Index, d.Groups[i].Rows = x, x.NumSamples()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Dataset{}, err
+	}
+	for _, sh := range d.Groups {
+		for _, f := range sh.Index.Fields() {
+			if !slices.Contains(d.Fields, f) {
+				d.Fields = append(d.Fields, f)
+			}
+		}
+	}
+	return d, d.Validate()
+}
+
+// tarIndex returns the index of the tar a describes.
+func tarIndex(ctx context.Context, a fetch.Attrs, o Options) (*webdataset.Shard, error) {
+	if o.Index != nil {
+		if b, ok := o.Index.Load(a.Object); ok {
+			if x, err := webdataset.UnmarshalShard(b, a.Size); err == nil {
+				return x, nil
+			}
+		}
+	}
+	if o.Records == nil {
+		return nil, fmt.Errorf("%w: %s has no saved index and no Source to index it from", ErrConfig, a.Object)
+	}
+	ls, err := o.Records.Acquire(ctx, a.Object)
+	if err != nil {
+		return nil, fmt.Errorf("loader: acquire %s: %w", a.Object, err)
+	}
+	defer ls.Release()
+	bl, ok := ls.(BytesLease)
+	if !ok {
+		return nil, fmt.Errorf("%w: the Source's leases do not lend bytes: cannot index %s", ErrConfig, a.Object)
+	}
+	x, err := webdataset.Index(bl.Bytes())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrDataset, a.Object, err)
+	}
+	if x.ObjectSize() != a.Size {
+		return nil, fmt.Errorf("%w: %s is %d bytes; %d were listed", ErrDataset, a.Object, x.ObjectSize(), a.Size)
+	}
+	if o.Index != nil {
+		b, _ := x.MarshalBinary()
+		if err := o.Index.Store(a.Object, b); err != nil {
+			return nil, fmt.Errorf("loader: save the index of %s: %w", a.Object, err)
+		}
+	}
+	return x, nil
+}
+
+// validateRecords checks a WebDataset dataset.
+func (d Dataset) validateRecords() error {
+	if len(d.Names) != 1 || len(d.Specs) != 0 {
+		return fmt.Errorf("%w: a WebDataset shard is one tar object, with no array specs", ErrDataset)
+	}
+	for i, n := range d.Fields {
+		if n == "" || slices.Contains(d.Fields[:i], n) {
+			return fmt.Errorf("%w: field name %q is empty or repeated", ErrDataset, n)
+		}
+	}
+	return nil
+}
+
+// acquireRecords leases shard gi's tar and returns it with its index,
+// checked against the dataset.
+func (l *Loader) acquireRecords(ctx context.Context, gi int) (Lease, []byte, *webdataset.Shard, error) {
+	sh := l.ds.Groups[gi]
+	o := sh.Objects[0]
+	ls, err := l.src.Acquire(ctx, o)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("loader: acquire shard %d (%s): %w", gi, o, err)
+	}
+	bl, ok := ls.(BytesLease)
+	if !ok {
+		ls.Release()
+		return nil, nil, nil, fmt.Errorf("%w: the Source's leases do not lend bytes: cannot read %s", ErrConfig, o)
+	}
+	b, x := bl.Bytes(), sh.Index
+	if x == nil {
+		if x, err = webdataset.Index(b); err != nil {
+			ls.Release()
+			return nil, nil, nil, fmt.Errorf("%w: shard %d (%s): %w", ErrDataset, gi, o, err)
+		}
+	}
+	if x.ObjectSize() != int64(len(b)) || x.NumSamples() != sh.Rows {
+		ls.Release()
+		return nil, nil, nil, fmt.Errorf("%w: shard %d (%s) is %d bytes with %d samples; the dataset says %d bytes, %d samples",
+			ErrDataset, gi, o, len(b), x.NumSamples(), x.ObjectSize(), sh.Rows)
+	}
+	populate(ls, b)
+	return ls, b, x, nil
+}
+
+// copyRecords fills s's fields: copies into its buffers (Arrow's binary
+// layout), or, with Config.RecordViews, views of the mappings.
+func (l *Loader) copyRecords(s *slot) {
+	var copied int64
+	for j, name := range l.ds.Fields {
+		f := &s.batch.Fields[j]
+		f.Name = name
+		if l.cfg.RecordViews {
+			f.Views = f.Views[:0]
+		} else {
+			f.Offsets, f.Data = append(f.Offsets[:0], 0), f.Data[:0]
+		}
+		for _, p := range s.picks {
+			g := s.groups[p.g]
+			v, ok := g.tar.Sample(p.row).Field(name)
+			var b []byte
+			if ok {
+				b = g.tarBytes[v.Offset : v.Offset+v.Size : v.Offset+v.Size]
+			}
+			if l.cfg.RecordViews {
+				f.Views = append(f.Views, b)
+				continue
+			}
+			f.Data = append(f.Data, b...)
+			f.Offsets = append(f.Offsets, int64(len(f.Data)))
+		}
+		copied += int64(len(f.Data))
+	}
+	l.counters.gathered.Add(copied)
+}

@@ -1,0 +1,132 @@
+package loader
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader/sampler"
+)
+
+// TestRecordsPython reads WebDataset shards Python's tarfile wrote and
+// compares every field of every sample with what tarfile reads, copied and
+// as views, rank sharded; the second listing reads the saved indexes.
+func TestRecordsPython(t *testing.T) {
+	needPython(t)
+	tmp := t.TempDir()
+	if out, err := exec.Command(python, "testdata/wds_dataset.py", filepath.Join(tmp, "d")).CombinedOutput(); err != nil {
+		t.Fatalf("wds_dataset.py: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(tmp, "d", "expect.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expect []struct {
+		Key    string            `json:"key"`
+		Fields map[string]string `json:"fields"`
+	}
+	if err := json.Unmarshal(b, &expect); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(tmp, "d", "expect.json"))
+	e := newDirEnv(t)
+	e.putTree(t, filepath.Join(tmp, "d"), "wds/")
+	idx := &countingIndex{IndexCache: DirIndex(filepath.Join(tmp, "index"))}
+	opt := Options{Format: FormatWebDataset, Records: FromStore(e.store), Index: idx}
+	ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, n := ds.Rows(); n != int64(len(expect)) || strings.Join(ds.Fields, ",") != "txt,json,bin" || idx.stored.Load() != 3 {
+		t.Fatalf("%d samples, fields %v, %d indexes saved; want %d, txt,json,bin, 3", n, ds.Fields, idx.stored.Load(), len(expect))
+	}
+	// Again, from the saved indexes only (no Source to index from).
+	opt.Records = nil
+	again, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt)
+	if err != nil {
+		t.Fatalf("from saved indexes: %v", err)
+	}
+	ds = again
+	// A corrupt saved index is rebuilt.
+	saved, _ := filepath.Glob(filepath.Join(tmp, "index", "*.wdsidx"))
+	if len(saved) != 3 {
+		t.Fatalf("%d saved indexes", len(saved))
+	}
+	if err := os.WriteFile(saved[0], []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opt.Records = FromStore(e.store)
+	if _, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt); err != nil || idx.stored.Load() != 4 {
+		t.Fatalf("corrupt index: %v, %d stores; want a rebuild", err, idx.stored.Load())
+	}
+	for _, views := range []bool{false, true} {
+		for rank := range 2 {
+			cfg := Config{Dataset: ds, BatchSize: 3, Shuffle: sampler.Global, Seed: 4, Rank: rank, World: 2, RecordViews: views}
+			l, err := New(FromStore(e.store), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				b, err := l.Next(context.Background())
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, f := range b.Fields {
+					for i, id := range b.IDs {
+						var got []byte
+						if views {
+							got = f.Views[i]
+						} else {
+							got = f.Data[f.Offsets[i]:f.Offsets[i+1]]
+						}
+						if want := expect[id].Fields[ds.Fields[j]]; hex.EncodeToString(got) != want {
+							t.Fatalf("sample %d (%s) field %s: %x; tarfile reads %s", id, expect[id].Key, f.Name, got, want)
+						}
+					}
+				}
+				b.Release()
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// countingIndex counts Stores.
+type countingIndex struct {
+	IndexCache
+	stored atomic.Int32
+}
+
+func (c *countingIndex) Store(o fetch.Object, b []byte) error {
+	c.stored.Add(1)
+	return c.IndexCache.Store(o, b)
+}
+
+// TestRecordsErrors checks that a corrupt saved index is rebuilt and that
+// a malformed tar is an error naming the object.
+func TestRecordsErrors(t *testing.T) {
+	e := newDirEnv(t)
+	bad := make([]byte, 1024)
+	copy(bad, "x.txt")
+	copy(bad[124:], "00000000010\x00") // size 8, checksum left zero
+	e.dir.Put(t, testBucket, "bad/a.tar", bad)
+	_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "bad/", "*.tar",
+		Options{Format: FormatWebDataset, Records: FromStore(e.store)})
+	if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), "bad/a.tar") {
+		t.Fatalf("bad tar: %v; want ErrDataset naming bad/a.tar", err)
+	}
+}

@@ -1,0 +1,292 @@
+package loader
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// python is Debian's interpreter, whose numpy comes from python3-numpy.
+const python = "/usr/bin/python3"
+
+// needPython skips the test without python3 and numpy, or fails it in CI
+// (CI=true), where they must be there.
+func needPython(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s with numpy is required in CI: %v", python, err)
+		}
+		t.Skipf("%s with numpy not available: %v", python, err)
+	}
+}
+
+// dirEnv is objects in a fetch.Dir source, a tier.Cache over it and an
+// mmapstore.Store over the cache.
+type dirEnv struct {
+	dir   *cachetest.Dir
+	store *mmapstore.Store
+}
+
+// newDirEnv returns an empty dirEnv whose Store is checked for leases
+// outstanding at the end of the test.
+func newDirEnv(t testing.TB) *dirEnv {
+	t.Helper()
+	d := cachetest.NewDir(t)
+	c := cachetest.Cache(t, d.Src, cachetest.NewDownloader(t, d.Src), tier.Config{})
+	s := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
+	cachetest.CloseAtEnd(t, "Store", s, mmapstore.ErrClosed)
+	t.Cleanup(func() {
+		checkNoGoroutines(t, nil)
+		if n := s.Stats().Leases; n != 0 {
+			t.Errorf("%d leases outstanding after every Loader closed", n)
+		}
+	})
+	return &dirEnv{dir: d, store: s}
+}
+
+// putTree copies the files under local into the bucket under prefix.
+func (e *dirEnv) putTree(t *testing.T, local, prefix string) {
+	t.Helper()
+	ents, err := os.ReadDir(local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ent := range ents {
+		b, err := os.ReadFile(filepath.Join(local, ent.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.dir.Put(t, testBucket, prefix+ent.Name(), b)
+	}
+}
+
+// tokenBatch is what a test keeps of a token batch.
+type tokenBatch struct {
+	epoch, index int
+	ids          []int64
+	windows      [][]uint16
+}
+
+// drainTokens reads every batch of a Loader of cfg over e.
+func drainTokens(t *testing.T, e *dirEnv, cfg Config) []tokenBatch {
+	t.Helper()
+	l, err := New(FromStore(e.store), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	defer func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	var out []tokenBatch
+	for {
+		b, err := l.Next(context.Background())
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("Next after %d batches: %v", len(out), err)
+		}
+		a, ok := b.Array(TokensName)
+		if !ok || len(b.Names) != 1 || a.Shape[0] != b.Len() || a.Shape[1] != cfg.Dataset.Token.SeqLen+1 || b.ZeroCopy {
+			t.Fatalf("batch %d: names %v, shape %v, zero-copy %v", len(out), b.Names, a.Shape, b.ZeroCopy)
+		}
+		v, err := a.Uint16s()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb := tokenBatch{epoch: b.Epoch, index: b.Index, ids: slices.Clone(b.IDs)}
+		w := a.Shape[1]
+		for i := range b.Len() {
+			tb.windows = append(tb.windows, slices.Clone(v[i*w:(i+1)*w]))
+		}
+		out = append(out, tb)
+		b.Release()
+	}
+}
+
+// checkWindows checks every batch's windows against want, by id, and its
+// ids against IDs(cfg).
+func checkWindows(t *testing.T, cfg Config, got []tokenBatch, want [][]uint16) {
+	t.Helper()
+	seq, err := IDs(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for b := range seq {
+		if i >= len(got) || !slices.Equal(got[i].ids, b.IDs) || got[i].epoch != b.Epoch || got[i].index != b.Index {
+			t.Fatalf("batch %d: loader gave %v; IDs gives %d/%d %v", i, got[min(i, len(got)-1)], b.Epoch, b.Index, b.IDs)
+		}
+		i++
+	}
+	if i != len(got) {
+		t.Fatalf("%d batches; IDs gives %d", len(got), i)
+	}
+	for _, b := range got {
+		for k, id := range b.ids {
+			if id < 0 || id >= int64(len(want)) || !slices.Equal(b.windows[k], want[id]) {
+				t.Fatalf("batch %d/%d: window %d = %v; want %v", b.epoch, b.index, id, b.windows[k], want[min(id, int64(len(want)-1))])
+			}
+		}
+	}
+}
+
+// TestTokenWindowsPython reads token datasets numpy wrote (raw uint16
+// files, llm.c shards, Megatron .bin/.idx with out-of-order sequences)
+// and compares every window, across file and document boundaries, with
+// what numpy reads, in every mode, rank sharded, and resumed.
+func TestTokenWindowsPython(t *testing.T) {
+	needPython(t)
+	const L = 16
+	tmp := t.TempDir()
+	out, err := exec.Command(python, "testdata/token_datasets.py", filepath.Join(tmp, "d"), "16").CombinedOutput()
+	if err != nil {
+		t.Fatalf("token_datasets.py: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(tmp, "d", "expect.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var expect map[string][][]uint16
+	if err := json.Unmarshal(b, &expect); err != nil {
+		t.Fatal(err)
+	}
+	e := newDirEnv(t)
+	for _, tc := range []struct {
+		name, pattern string
+		opt           Options
+	}{
+		{"raw", "shard-*.bin", Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L}},
+		{"llmc", "shard-*.bin", Options{Format: FormatTokens, SeqLen: L}},
+		{"megatron", "shard-*.{bin,idx}", Options{Format: FormatMegatron, SeqLen: L}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.putTree(t, filepath.Join(tmp, "d", tc.name), tc.name+"/")
+			ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.name+"/", tc.pattern, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := expect[tc.name]
+			if _, n := ds.Rows(); n != int64(len(want)) {
+				t.Fatalf("%d windows; numpy has %d", n, len(want))
+			}
+			for _, cfg := range []Config{
+				{BatchSize: 4, Shuffle: sampler.Sequential, Epochs: 2},
+				{BatchSize: 3, Shuffle: sampler.Global, Seed: 5, Rank: 1, World: 2, Epochs: 2},
+				{BatchSize: 5, Shuffle: sampler.ShardWindow, Window: 2, Seed: 9, Rank: 0, World: 3},
+			} {
+				cfg.Dataset = ds
+				all := drainTokens(t, e, cfg)
+				checkWindows(t, cfg, all, want)
+				cfg.Resume = &State{Epoch: 0, Batch: 1}
+				rest := drainTokens(t, e, cfg)
+				checkWindows(t, cfg, rest, want)
+				if len(rest) != len(all)-1 || !slices.EqualFunc(rest, all[1:], func(a, b tokenBatch) bool {
+					return slices.Equal(a.ids, b.ids)
+				}) {
+					t.Fatalf("%v: resumed at batch 1, got other batches", cfg.Shuffle)
+				}
+			}
+		})
+	}
+}
+
+// TestTokenWindowsGo checks windows of raw files, some shorter than a
+// window, against the files concatenated, and the window count.
+func TestTokenWindowsGo(t *testing.T) {
+	const L = 8
+	e := newDirEnv(t)
+	var stream []uint16
+	for i, n := range []int{3, 20, 1, 2, 9, 17} {
+		b := make([]byte, 2*n)
+		for k := range n {
+			v := uint16(len(stream) + 1000*i)
+			stream = append(stream, v)
+			binary.LittleEndian.PutUint16(b[2*k:], v)
+		}
+		e.dir.Put(t, testBucket, "tok/part-"+string(rune('a'+i))+".bin", b)
+	}
+	ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "tok/", "part-*.bin",
+		Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want [][]uint16
+	for k := 0; k*L+L+1 <= len(stream); k++ {
+		want = append(want, stream[k*L:k*L+L+1])
+	}
+	if _, n := ds.Rows(); n != NumWindows(int64(len(stream)), L) || n != int64(len(want)) {
+		t.Fatalf("%d windows; want %d", n, len(want))
+	}
+	cfg := Config{Dataset: ds, BatchSize: 2, Shuffle: sampler.Global, Seed: 3, World: 2, Rank: 1, Epochs: 3}
+	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+	cfg.Shuffle, cfg.Window = sampler.ShardWindow, 1
+	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+}
+
+// TestTokenErrors checks that malformed token datasets are errors naming
+// the object.
+func TestTokenErrors(t *testing.T) {
+	e := newDirEnv(t)
+	e.dir.Put(t, testBucket, "odd/a.bin", []byte{1, 2, 3})
+	hdr := make([]byte, 1024+4)
+	binary.LittleEndian.PutUint32(hdr, 20240520)
+	binary.LittleEndian.PutUint32(hdr[4:], 1)
+	binary.LittleEndian.PutUint32(hdr[8:], 5) // 5 tokens, 2 follow
+	e.dir.Put(t, testBucket, "short/a.bin", hdr)
+	idx := megatronIndex([]int32{4}, []int64{0})
+	e.dir.Put(t, testBucket, "mt/a.idx", idx)
+	e.dir.Put(t, testBucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
+	for _, tc := range []struct{ prefix, pattern, obj string }{
+		{"odd/", "*.bin", "odd/a.bin"},
+		{"short/", "*.bin", "short/a.bin"},
+		{"mt/", "*.{bin,idx}", "mt/a.idx"},
+	} {
+		f := FormatTokens
+		if tc.prefix == "mt/" {
+			f = FormatMegatron
+		}
+		_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.prefix, tc.pattern,
+			Options{Format: f, TokenDType: array.Uint16, SeqLen: 4})
+		if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), tc.obj) {
+			t.Errorf("%s: %v; want ErrDataset naming %s", tc.prefix, err, tc.obj)
+		}
+	}
+}
+
+// megatronIndex encodes a uint16 Megatron index of one document per
+// sequence.
+func megatronIndex(lengths []int32, pointers []int64) []byte {
+	b := []byte("MMIDIDX\x00\x00")
+	b = binary.LittleEndian.AppendUint64(b, 1)
+	b = append(b, 8)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)+1))
+	for _, n := range lengths {
+		b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	}
+	for _, p := range pointers {
+		b = binary.LittleEndian.AppendUint64(b, uint64(p))
+	}
+	for i := range len(lengths) + 1 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(i))
+	}
+	return b
+}
