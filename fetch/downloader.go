@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cacheagent/cacheagent/internal/wait"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -278,7 +279,7 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads", ErrChecksum, crc, a.CRC32C, try)
 		}
 		d.stats.retries[CauseChecksum].Add(1)
-		if err := sleepCtx(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
+		if err := wait.Sleep(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
 			return err
 		}
 	}

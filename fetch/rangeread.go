@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/cacheagent/cacheagent/internal/wait"
 )
 
 // slice is one range of an object and how much of it is in dst. The
@@ -93,7 +95,7 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 		d.stats.retries[cause].Add(1)
 		dl.sem.release()
 		held = false
-		if err := sleepCtx(ctx, backoff(failures, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
+		if err := wait.Sleep(ctx, backoff(failures, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
 			return err
 		}
 		if err := dl.sem.acquire(ctx, u, dl.order); err != nil {

@@ -133,18 +133,3 @@ func backoff(n int, initial, limit time.Duration) time.Duration {
 	}
 	return rand.N(ceil)
 }
-
-// sleepCtx waits for d or until ctx ends, returning ctx's error in that case.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}

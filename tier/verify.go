@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/wait"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -230,7 +231,7 @@ func (c *Cache) readCopy(ctx context.Context, cp *entry, pace *pacer) (uint32, i
 	var n int64
 	buf := make([]byte, verifyBuf)
 	for {
-		if err := sleepCtx(ctx, pace.take(time.Now(), min(int64(len(buf)), max(cp.rec.size-n, 0)))); err != nil {
+		if err := wait.Sleep(ctx, pace.take(time.Now(), min(int64(len(buf)), max(cp.rec.size-n, 0)))); err != nil {
 			return crc, n, err
 		}
 		m, rerr := f.Read(buf)
@@ -282,19 +283,4 @@ func (p *pacer) take(now time.Time, n int64) time.Duration {
 		return 0
 	}
 	return time.Duration(-p.tokens / float64(p.rate) * float64(time.Second))
-}
-
-// sleepCtx waits for d or until ctx ends, returning ctx's error then.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

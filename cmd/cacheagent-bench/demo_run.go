@@ -14,6 +14,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/wait"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
@@ -221,14 +222,7 @@ func (r *demoRun) train(ctx context.Context) error {
 	if r.cfg.step <= 0 {
 		return nil
 	}
-	t := time.NewTimer(r.cfg.step)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return wait.Sleep(ctx, r.cfg.step)
 }
 
 // hitStager is the loader's Stager over the demo's cache; it counts the

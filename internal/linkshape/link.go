@@ -1,12 +1,13 @@
 package linkshape
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/cacheagent/cacheagent/internal/wait"
 )
 
 // Fault describes how to misbehave on one media GET. The zero Fault serves
@@ -143,7 +144,7 @@ func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sh := *l.shape.Load()
 	ctx := r.Context()
-	if err := sleep(ctx, max(sh.FirstByte, 0)+max(f.HeaderWait, 0)); err != nil {
+	if err := wait.Sleep(ctx, max(sh.FirstByte, 0)+max(f.HeaderWait, 0)); err != nil {
 		// The client left or the server is closing: drop the connection
 		// rather than let net/http complete an empty 200.
 		panic(http.ErrAbortHandler)
@@ -192,20 +193,4 @@ func IsMediaGET(r *http.Request) bool {
 	}
 	bucket, object, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/")
 	return ok && bucket != "" && object != ""
-}
-
-// sleep waits for d or until ctx is done, whichever comes first; it returns
-// ctx.Err() if ctx ended the wait.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cacheagent/cacheagent/internal/wait"
 )
 
 // chunkSize is the largest unit in which bodies are paced, flushed and cut;
@@ -144,7 +146,7 @@ func (fw *faultWriter) event() error {
 			return err
 		}
 		began := time.Now()
-		err := sleep(fw.ctx, f.Stall)
+		err := wait.Sleep(fw.ctx, f.Stall)
 		fw.start = fw.start.Add(time.Since(began)) // the pacer does not catch up
 		return err
 	}
@@ -187,7 +189,7 @@ func (fw *faultWriter) send(b []byte) error {
 	if fw.rate > 0 {
 		secs := float64(fw.off+int64(len(b))) / float64(fw.rate)
 		due := fw.start.Add(time.Duration(secs * float64(time.Second)))
-		if err := sleep(fw.ctx, time.Until(due)); err != nil {
+		if err := wait.Sleep(fw.ctx, time.Until(due)); err != nil {
 			return err
 		}
 	}
