@@ -141,9 +141,20 @@ class _Session:
         self._close_fds()
 
     def forget_after_fork(self) -> None:
-        """In a forked child: drop the parent's connection without touching it
-        (no shutdown, which would end the parent's session)."""
-        self._close_fds()
+        """In a forked child: close the child's copy of the session's socket
+        without touching the connection (no shutdown, which would end the
+        parent's session). The response object is kept, never closed: its
+        buffer's lock may be held by the parent's reader thread, which does
+        not exist here, so closing it could block forever."""
+        try:
+            os.close(self._sock.detach())
+        except OSError:
+            pass
+        _forked_away.append(self)
+
+
+# Sessions inherited through fork, kept so that no finaliser touches them.
+_forked_away: "list[_Session]" = []
 
 
 class Lease:
