@@ -114,6 +114,17 @@ def test_dataset_bytes_and_arrays(daemon, client):
         d.close()
 
 
+def test_dataset_pickles_without_client(daemon):
+    import pickle
+
+    ds = Dataset(OBJS, socket=daemon.socket)
+    first = ds[0]
+    again = pickle.loads(pickle.dumps(ds))  # what the spawn start method does
+    assert again._clients._client is None and again[0] == first
+    ds.close()
+    again.close()
+
+
 def test_dataset_zero_copy(daemon, client):
     np = need("numpy")
     name = "npy/f32.npy"

@@ -25,7 +25,7 @@ from . import errors
 from .errors import ClientClosed, DaemonNotRunning, DaemonTimeout, DaemonUnavailable, SessionEnded
 from .lease import Lease, _Session
 from .plan import Plan, PlanInfo
-from .uri import ObjectLike, ObjectRef, object_of, parse_prefix
+from .uri import ObjectLike, object_of, parse_prefix
 
 __all__ = ["Client", "DaemonInfo", "DEFAULT_SOCKET"]
 
@@ -203,7 +203,7 @@ class Client:
             else:
                 self._put(conn)
             if resp.status // 100 != 2:
-                raise _decode_error(resp.status, resp.reason, payload)
+                raise errors.from_answer(resp.status, resp.reason, payload)
             if raw:
                 return payload
             if not payload:
@@ -340,7 +340,7 @@ class Client:
             conn.request("POST", "/v1/sessions", body=b"")
             resp = conn.getresponse()
             if resp.status // 100 != 2:
-                raise _decode_error(resp.status, resp.reason, resp.read(_MAX_ERROR_BODY))
+                raise errors.from_answer(resp.status, resp.reason, resp.read(_MAX_ERROR_BODY))
             ev = json.loads(resp.readline(1 << 20) or b"{}")
             sid = ev.get("session")
             if not sid:
@@ -407,13 +407,3 @@ class Client:
     def __repr__(self) -> str:
         return f"<cacheagent.Client {self.socket} daemon {self.info.version if hasattr(self, 'info') else '?'}>"
 
-
-def _decode_error(status: int, reason: str, payload: bytes) -> errors.CacheagentError:
-    try:
-        d = json.loads(payload)
-        msg, code = d["error"], d.get("code")
-        if not isinstance(msg, str) or not msg:
-            raise ValueError
-    except (ValueError, KeyError, TypeError):
-        return errors.InternalError(f"cacheagent daemon: {status} {reason}: {payload[:200]!r}", status=status)
-    return errors.error_for(code, msg, status)

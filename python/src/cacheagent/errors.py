@@ -10,6 +10,7 @@ listens on the socket); a call that takes longer than its timeout raises
 
 from __future__ import annotations
 
+import json
 from typing import Dict, Optional, Type
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "InternalError",
     "ClientClosed",
     "error_for",
+    "from_answer",
 ]
 
 
@@ -154,3 +156,17 @@ def error_for(code: Optional[str], message: str, status: Optional[int] = None) -
     message and code."""
     cls = _BY_CODE.get(code or "", InternalError)
     return cls(message, code=code or "internal", status=status)
+
+
+def from_answer(status: int, reason: str, body: bytes) -> CacheagentError:
+    """Return the exception for a daemon's error answer: its ErrorBody
+    ``{error, code}`` through :func:`error_for`, or an InternalError
+    quoting a body that is not one."""
+    try:
+        d = json.loads(body)
+        msg, code = d["error"], d.get("code")
+        if not isinstance(msg, str) or not msg or not (code is None or isinstance(code, str)):
+            raise ValueError(msg)
+    except (ValueError, KeyError, TypeError):
+        return InternalError(f"cacheagent daemon: {status} {reason}: {body[:200]!r}", status=status)
+    return error_for(code, msg, status)

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from .client import DEFAULT_SOCKET, Client
 from .errors import CacheagentError
