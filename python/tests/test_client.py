@@ -302,3 +302,15 @@ def test_daemon_restart_ends_session(daemon):
         c.close()
         if daemon.daemon is None:
             daemon.start_daemon()
+
+
+def test_evicted_lease_turns_stale(daemon, client):
+    """The session stream's later lines mark leases stale (here: evicted)."""
+    name = "data/obj-00003"
+    with client.open(daemon.uri(name)) as lease:
+        want = daemon.object_bytes(name)
+        client._request("POST", "/v1/evict", {"bucket": "bench", "prefix": name})  # no public evict yet
+        assert lease.wait_stale(3)
+        assert lease.bytes().tobytes() == want  # still readable until closed
+    with client.open(daemon.uri(name)) as again:
+        assert not again.stale and again.bytes().tobytes() == want
