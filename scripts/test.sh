@@ -12,11 +12,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the tests use: fuse3 (fusermount3, for the FUSE mount tests)
-# and python3-numpy (numpy loads .npy files through the mount; cross-checks).
+# Debian packages the tests use: fuse3 (fusermount3, for the FUSE mount tests),
+# python3-numpy (numpy loads .npy files through the mount; cross-checks; the
+# Python package) and python3-pytest (the Python package's tests, run with
+# Debian's /usr/bin/python3). python3-torch is optional: the torch tests skip
+# without it (fail with CI=true); it is large, so install it yourself.
 pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || pkgs+=(fuse3)
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || pkgs+=(python3-numpy)
+/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || pkgs+=(python3-pytest)
 if ((${#pkgs[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "== installing ${pkgs[*]}"
@@ -57,6 +61,23 @@ fi
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+
+echo "== python"
+# The cacheagent Python package (python/) against a real daemon. pytest's
+# exit status 5 (no tests collected) is a failure too.
+if /usr/bin/python3 -c 'import pytest, numpy' >/dev/null 2>&1; then
+	rc=0
+	/usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests || rc=$?
+	if [ "$rc" != 0 ]; then
+		echo "python tests failed (pytest exit status $rc)" >&2
+		exit 1
+	fi
+elif [ "${CI:-}" = true ]; then
+	echo "python tests: /usr/bin/python3 with pytest and numpy is missing and CI=true" >&2
+	exit 1
+else
+	echo "not run: /usr/bin/python3 with pytest and numpy is missing (apt-get install python3-pytest python3-numpy)"
+fi
 
 echo "== fuzz smoke (${FUZZTIME:=10s} per target)"
 # fuzz_one PKG TARGET: one duration-bounded fuzz run; its output in $out.
