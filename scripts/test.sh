@@ -15,12 +15,13 @@ cd "$(dirname "$0")/.."
 # Debian packages the tests use: fuse3 (fusermount3, for the FUSE mount tests),
 # python3-numpy (numpy loads .npy files through the mount; cross-checks; the
 # Python package) and python3-pytest (the Python package's tests, run with
-# Debian's /usr/bin/python3). python3-torch is optional: the torch tests skip
-# without it (fail with CI=true); it is large, so install it yourself.
+# Debian's /usr/bin/python3), python3-torch (the Python package's DataLoader
+# tests; large: a few minutes the first time).
 pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || pkgs+=(fuse3)
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || pkgs+=(python3-numpy)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || pkgs+=(python3-pytest)
+/usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || pkgs+=(python3-torch)
 if ((${#pkgs[@]})); then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 		echo "== installing ${pkgs[*]}"
