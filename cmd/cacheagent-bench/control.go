@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -251,9 +250,7 @@ func scrapeValue(ctx context.Context, addr, name string) float64 {
 // printBenchControl prints the report.
 func printBenchControl(w io.Writer, r benchControlReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
+		return cli.WriteJSON(w, r)
 	}
 	for _, l := range r.Load {
 		load := "back to back"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -65,9 +64,7 @@ func newJobsCmd(opts *cli.Options) *cobra.Command {
 // printJobs prints jobs as a table or JSON.
 func printJobs(w io.Writer, js []control.Job, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(js)
+		return cli.WriteJSON(w, js)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tKIND\tPRIORITY\tSTATE\tOBJECTS\tBYTES\tFETCHED\tURI\tERROR")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,9 +58,7 @@ shows what the cache holds and says so.`,
 // printObjects prints ls rows as a table or JSON.
 func printObjects(w io.Writer, rows []lsEntry, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return cli.WriteJSON(w, rows)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIER\tSIZE\tGENERATION\tNAME")
