@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -90,9 +89,7 @@ then by name. A malformed file fails with the reason.`,
 				return fmt.Errorf("inspect %s: %w", o, err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return cli.WriteJSON(cmd.OutOrStdout(), rep)
 			}
 			return printInspect(cmd.OutOrStdout(), rep)
 		},

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -40,9 +39,7 @@ func newStatusCmd(opts *cli.Options) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return cli.WriteJSON(cmd.OutOrStdout(), rep)
 			}
 			return printStatus(cmd.OutOrStdout(), rep)
 		},

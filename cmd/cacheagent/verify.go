@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -62,9 +61,7 @@ func newVerifyCmd(opts *cli.Options) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return cli.WriteJSON(cmd.OutOrStdout(), rep)
 			}
 			printVerify(cmd.OutOrStdout(), args, rep)
 			return nil
