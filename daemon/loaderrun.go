@@ -106,10 +106,13 @@ type received struct {
 type runner struct {
 	s    *loaderSession
 	conn *ring.Conn
-	p    *producer // nil only while a Seek replaces the loader
-	held map[uint32]heldSlot
-	seq  uint64
-	next loader.State // the position after the last batch handed out
+	p    *producer // nil while a Seek waits for the held slots
+	// seek is the configuration a Seek restarts with once the client
+	// holds no slot; nil if none is pending.
+	pending *loader.Config
+	held    map[uint32]heldSlot
+	seq     uint64
+	next    loader.State // the position after the last batch handed out
 }
 
 // run waits for the client to join on the data socket, sends it the ring
@@ -225,7 +228,12 @@ func (r *runner) handle(m received) (string, bool) {
 		delete(r.held, m.Slot)
 		ring.SetState(r.s.ring.Slot(int(m.Slot)), ring.StateFilling)
 		h.b.Release()
-		r.p.credit()
+		if r.p != nil {
+			r.p.credit()
+		}
+		if r.pending != nil && len(r.held) == 0 {
+			return r.restart()
+		}
 		return "", false
 	case ring.StateRequest:
 		return r.send(r.state())
@@ -286,26 +294,37 @@ func (r *runner) deliver(pr produced) (string, bool) {
 	return r.send(ring.EpochEnd{Epoch: int64(b.Epoch), Batches: int64(per)})
 }
 
-// seek restarts the batches at (m.Epoch, m.Batch) with a new loader over
-// the same ring, once the client holds no slot.
+// seek stops handing out batches and restarts them at (m.Epoch, m.Batch)
+// with a new loader over the same ring once the client has released
+// every slot (at once if it holds none).
 func (r *runner) seek(m ring.Seek) (string, bool) {
 	s := r.s
-	if len(r.held) > 0 {
-		return r.send(&ring.Error{Code: ring.CodeRefused, Text: fmt.Sprintf("seek: release the %d held slots first", len(r.held))})
-	}
-	end := s.cfg.Epoch + max(s.cfg.Epochs, 1)
-	cfg := s.cfg
 	if m.Epoch < 0 || m.Epoch > math.MaxInt32 || m.Batch < 0 || m.Batch > math.MaxInt32 {
 		return r.send(&ring.Error{Code: ring.CodeRefused, Text: fmt.Sprintf("seek: epoch %d, batch %d", m.Epoch, m.Batch)})
 	}
+	end := s.cfg.Epoch + max(s.cfg.Epochs, 1)
+	cfg := s.cfg
 	cfg.Epoch = int(m.Epoch)
 	cfg.Epochs = max(1, end-cfg.Epoch)
 	cfg.Resume = &loader.State{Epoch: int(m.Epoch), Batch: int(m.Batch), Fingerprint: s.info.Start.Fingerprint}
 	if _, err := loader.IDs(cfg); err != nil {
 		return r.send(&ring.Error{Code: ring.CodeRefused, Text: "seek: " + err.Error()})
 	}
-	r.p.stop()
-	r.p = nil
+	if r.p != nil {
+		r.p.stop()
+		r.p = nil
+	}
+	r.pending = &cfg
+	if len(r.held) > 0 {
+		return "", false
+	}
+	return r.restart()
+}
+
+// restart replaces the loader for the pending Seek and answers it.
+func (r *runner) restart() (string, bool) {
+	s, cfg := r.s, *r.pending
+	r.pending = nil
 	if err := s.l.Close(); err != nil {
 		s.d.log.Warn("loader session: close loader", "session", s.id, "err", err)
 	}

@@ -160,24 +160,25 @@ func TestLoaderSessionResume(t *testing.T) {
 		r := recvReady(t, lc2)
 		checkBatch(t, lc2, r, want[i])
 		if i == k {
-			// Seek back to batch 1 of epoch 0, once every slot is free.
-			lc2.Send(ring.Seek{Epoch: 0, Batch: 1})
+			// Seek back to batch 1 of epoch 0 while holding a slot: no
+			// batch comes after the Seek but those already sent, and
+			// StateIs answers once every slot is back.
+			lc2.Send(ring.Seek{Epoch: 0, Batch: 1000})
 			held := []ring.Ready{r}
 			for {
 				m := recv(t, lc2)
-				if r, ok := m.(ring.Ready); ok {
-					held = append(held, r) // batches sent before the Seek came
-					continue
+				if e, ok := m.(*ring.Error); ok {
+					if e.Code != ring.CodeRefused {
+						t.Fatalf("Seek out of range: got %#v; want a refusal", e)
+					}
+					break
 				}
-				if e, ok := m.(*ring.Error); !ok || e.Code != ring.CodeRefused {
-					t.Fatalf("Seek while holding a slot: got %#v; want a refusal", m)
-				}
-				break
+				held = append(held, m.(ring.Ready))
 			}
+			lc2.Send(ring.Seek{Epoch: 0, Batch: 1})
 			for _, r := range held {
 				lc2.Release(r)
 			}
-			lc2.Send(ring.Seek{Epoch: 0, Batch: 1})
 			for {
 				m := recv(t, lc2)
 				if s, ok := m.(ring.StateIs); ok {
@@ -186,7 +187,7 @@ func TestLoaderSessionResume(t *testing.T) {
 					}
 					break
 				}
-				lc2.Release(m.(ring.Ready)) // batches gathered before the seek
+				lc2.Release(m.(ring.Ready)) // sent before the Seek came
 			}
 			for j := 1; j < 4; j++ {
 				r := recvReady(t, lc2)

@@ -94,8 +94,12 @@
 // batch the client still holds, or the one after the last handed out —
 // with in-order releases, the batch after the last one released. Pass it
 // as the next session's "resume" to continue with exactly the batches
-// that would have followed. Seek needs every slot released (else Error
-// code 3 and nothing changes) and answers StateIs.
+// that would have followed. Seek stops the current sequence at once: the
+// client releases every slot it holds and every Ready it still receives
+// (sent before the Seek arrived); once all are back, the daemon restarts
+// at the Seek's position with a new loader over the same ring and answers
+// StateIs, and the Readys after it are the new sequence. An out-of-range
+// Seek is refused (Error code 3) and changes nothing.
 //
 // Error codes: 1 protocol (a malformed or unexpected message, a release of
 // a slot the client does not hold: the session ends), 2 loader (a shard
