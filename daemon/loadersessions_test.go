@@ -14,6 +14,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/ring"
 )
 
@@ -346,4 +347,27 @@ func TestLoaderSessionBadMessages(t *testing.T) {
 		t.Error("the daemon stopped")
 	}
 	recvReady(t, lc) // the first session goes on
+}
+
+// TestLoaderSessionDaemonClose closes the daemon under an open session:
+// the session ends, the client sees the data connection close, and no
+// goroutine of the sessions is left.
+func TestLoaderSessionDaemonClose(t *testing.T) {
+	d, c := loaderDaemon(t)
+	ctx := testCtx(t)
+	lc, err := c.OpenLoader(ctx, baseRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	recvReady(t, lc)
+	if err := d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := lc.Recv(ctx); err != nil {
+			break // the daemon closed the data connection
+		}
+	}
+	cachetest.Goroutines(t, "daemon.(*loaderSessions)", "daemon.(*producer)", "daemon.read(", "daemon.(*loaderSession)", "loader.(*Loader)")
 }
