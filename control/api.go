@@ -48,6 +48,8 @@ type Status struct {
 	// Loaders sums the stats of the loaders that report them (through
 	// their plans); nil standalone.
 	Loaders *LoadersStatus `json:"loaders,omitempty"`
+	// LoaderSessions counts open loader sessions (POST /v1/loaders).
+	LoaderSessions int `json:"loader_sessions"`
 }
 
 // LoadersStatus sums the stats that loaders report through their plans

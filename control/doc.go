@@ -47,6 +47,7 @@
 //	POST   /v1/sessions                       NDJSON SessionEvents while the session lasts
 //	POST   /v1/sessions/{sid}/leases          ObjectRef → LeaseInfo
 //	DELETE /v1/sessions/{sid}/leases/{id}     → 204
+//	POST   /v1/loaders                        LoaderRequest → NDJSON: LoaderSession, then LoaderEvent at the end
 //
 // Errors are ErrorBody with a code (Code* constants); the client returns
 // them as *Error, which matches the sentinel of its code with errors.Is.
@@ -64,6 +65,22 @@
 //
 // Lease paths are files the daemon owns: clients need read permission on
 // the cache directory.
+//
+// # Loader sessions
+//
+// POST /v1/loaders runs a Go loader in the daemon for the client: the
+// daemon gathers its batches into a shared-memory ring (a sealed memfd)
+// and passes the ring's descriptor, once, over the data socket
+// (LoaderSession.DataSocket: the control socket's path + ".data",
+// SOCK_SEQPACKET, mode 0660) to the client that says Hello with the
+// session's token. Batches are then announced (Ready) and given back
+// (Release) on the data socket; package loader/ring documents the slot
+// layout and the messages with their Python struct formats. The stream's
+// first line is LoaderSession; a last LoaderEvent says why the session
+// ended. Closing either the stream or the data connection (a crash
+// included) ends the session: the loader stops, its plan is dropped, its
+// leases released and the ring freed. Client.OpenLoader opens a session
+// from Go (a LoaderConn).
 //
 // # Concurrency
 //

@@ -43,6 +43,7 @@ type Daemon struct {
 	stats    *statsCache
 	jobs     *jobManager
 	sessions *sessionManager
+	lsess    *loaderSessions // loader sessions and the data socket
 	plans    *planStore
 	ctrl     *http.Server
 	ctrlLn   net.Listener
@@ -126,6 +127,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	d.sessions = newSessionManager(d.log)
 	d.plans = newPlanStore()
 	d.met = metrics.New(d.opts.Version, d.metricSources())
+	d.lsess = newLoaderSessions(d)
 	cache, err := tier.Open(ctx, cfg.Tier(src, d.met.WrapDownloader(dl), d.log))
 	if err != nil {
 		src.Close()
@@ -225,6 +227,7 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.jobs.wait()
 	d.scrub.close()
 	d.sessions.close()
+	d.lsess.close()
 	errs = append(errs, d.unmount(ctx), d.closeCache())
 	d.log.Info("daemon stopped", "uptime", time.Since(d.started).Round(time.Second).String())
 	return errors.Join(errs...)

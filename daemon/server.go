@@ -50,6 +50,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions", d.handleSession)
 	mux.HandleFunc("POST /v1/sessions/{sid}/leases", d.handleAcquire)
 	mux.HandleFunc("DELETE /v1/sessions/{sid}/leases/{id}", d.handleRelease)
+	mux.HandleFunc("POST /v1/loaders", d.handleLoaderSession)
 	return d.counted(mux)
 }
 

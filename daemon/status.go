@@ -106,7 +106,7 @@ func (d *Daemon) status() control.Status {
 		Tiers: d.stats.get().Tiers, Fetch: &fs,
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
-		Loaders: d.loaderStatus(),
+		Loaders: d.loaderStatus(), LoaderSessions: d.lsess.count(),
 	}
 }
 

@@ -1,0 +1,273 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/stats"
+)
+
+// Loader session limits.
+const (
+	maxLoaderSlots = 64
+	maxRingBytes   = 64 << 30
+	// idsArray names the array of the samples' ids, the ring's last.
+	idsArray = "ids"
+)
+
+// loaderSession is one client's loader and ring. openLoaderSession builds
+// it; the handler's goroutine runs it (run) and frees it (free).
+type loaderSession struct {
+	// Immutable after openLoaderSession.
+	d      *Daemon
+	id     string
+	token  string
+	info   control.LoaderSession
+	cfg    loader.Config // the first loader's; a Seek changes epochs and resume
+	layout ring.Layout
+	ring   *ring.Ring
+	store  *mmapstore.Store
+	attach chan *ring.Conn // the client's data connection, sent once by the manager
+
+	joined bool // a client joined (attach was sent); guarded by loaderSessions.mu
+
+	// Owned by the goroutine running the session.
+	l     *loader.Loader // the current loader, nil after a failed Seek
+	alloc int            // NewBuffer calls during the current loader.New
+}
+
+// openLoaderSession validates req, builds the dataset (reading the shards'
+// headers), creates the ring and starts the loader. Malformed requests
+// are errors matching control.ErrInvalid; missing objects or buckets
+// fetch.ErrNotFound.
+func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderRequest) (*loaderSession, error) {
+	cfg, err := loaderConfig(req)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if cfg.Dataset, err = d.loaderDataset(ctx, req); err != nil {
+		return nil, invalid(err)
+	}
+	arrays, err := ringArrays(cfg.Dataset)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	layout, err := ring.NewLayout(cfg.BatchSize, arrays)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if layout.SlotBytes > maxRingBytes/cfg.Prefetch {
+		return nil, fmt.Errorf("%w: %d slots of %d bytes exceed the %d-byte limit of a ring", control.ErrInvalid,
+			cfg.Prefetch, layout.SlotBytes, int64(maxRingBytes))
+	}
+	s := &loaderSession{d: d, id: newID(), token: newToken(), layout: layout, attach: make(chan *ring.Conn, 1)}
+	if s.ring, err = ring.New("cacheagent-loader-"+s.id, cfg.Prefetch, layout.SlotBytes); err != nil {
+		return nil, err
+	}
+	s.store = mmapstore.New(d.cache.Opener(), mmapstore.Config{Logger: d.log})
+	cfg.Planner, cfg.PlanID, cfg.Stager = sessionPlanner{d}, "loader-session-"+s.id, d.cache.Stager()
+	cfg.CopyAlways, cfg.NewBuffer, cfg.Logger = true, s.newBuffer, d.log
+	s.cfg = cfg
+	if s.l, err = s.newLoader(cfg); err != nil {
+		s.free()
+		return nil, invalid(err)
+	}
+	st := s.l.State()
+	s.info = control.LoaderSession{Protocol: ring.Protocol, Session: s.id, Token: s.token,
+		RingBytes: int64(len(s.ring.Bytes())), SlotBytes: int64(layout.SlotBytes), Slots: cfg.Prefetch,
+		BatchSize: cfg.BatchSize, Arrays: arrays, BatchesPerEpoch: s.l.BatchesPerEpoch(),
+		Start: control.LoaderState{Epoch: st.Epoch, Batch: st.Batch, Fingerprint: st.Fingerprint}}
+	return s, nil
+}
+
+// invalid marks the loader's and the ring's validation errors as
+// control.ErrInvalid; others (fetch.ErrNotFound, …) pass as they are.
+func invalid(err error) error {
+	for _, e := range []error{loader.ErrDataset, loader.ErrManifest, loader.ErrPattern, loader.ErrConfig,
+		loader.ErrResume, sampler.ErrConfig, ring.ErrLayout, fetch.ErrInvalidName} {
+		if errors.Is(err, e) {
+			return fmt.Errorf("%w: %w", control.ErrInvalid, err)
+		}
+	}
+	return err
+}
+
+// loaderConfig returns the loader configuration req asks for, without
+// the dataset.
+func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
+	cfg := loader.Config{BatchSize: req.BatchSize, DropLast: req.DropLast, Window: req.Window, Seed: req.Seed,
+		Rank: req.Rank, World: req.World, Epoch: req.Epoch, Epochs: req.Epochs, Prefetch: req.Prefetch,
+		Workers: req.Workers}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = loader.DefaultPrefetch
+	}
+	var err error
+	if req.Shuffle != "" {
+		if cfg.Shuffle, err = sampler.ParseMode(req.Shuffle); err != nil {
+			return cfg, fmt.Errorf("%w: shuffle: %w", loader.ErrConfig, err)
+		}
+	}
+	switch req.Tail {
+	case "", sampler.Wrap.String():
+	case sampler.Drop.String():
+		cfg.Tail = sampler.Drop
+	default:
+		return cfg, fmt.Errorf("%w: tail %q: want wrap or drop", loader.ErrConfig, req.Tail)
+	}
+	switch {
+	case cfg.BatchSize <= 0 || cfg.BatchSize > 1<<24:
+		return cfg, fmt.Errorf("%w: batch_size %d: want 1 to %d", loader.ErrConfig, cfg.BatchSize, 1<<24)
+	case cfg.Prefetch < 1 || cfg.Prefetch > maxLoaderSlots:
+		return cfg, fmt.Errorf("%w: prefetch %d: want 1 to %d slots", loader.ErrConfig, cfg.Prefetch, maxLoaderSlots)
+	case cfg.Workers < 0 || cfg.Workers > 1024:
+		return cfg, fmt.Errorf("%w: workers %d", loader.ErrConfig, cfg.Workers)
+	case cfg.World < 0 || cfg.Rank < 0 || (cfg.World > 0 && cfg.Rank >= cfg.World) || (cfg.World == 0 && cfg.Rank > 0):
+		return cfg, fmt.Errorf("%w: rank %d of world %d", loader.ErrConfig, cfg.Rank, cfg.World)
+	}
+	if r := req.Resume; r != nil {
+		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
+	}
+	return cfg, nil
+}
+
+// loaderDataset builds req's dataset, reading the shards' headers through
+// the daemon's source.
+func (d *Daemon) loaderDataset(ctx context.Context, req control.LoaderRequest) (loader.Dataset, error) {
+	switch {
+	case (req.Data == "") == (len(req.Manifest) == 0):
+		return loader.Dataset{}, fmt.Errorf("%w: give either data (gs://BUCKET/PREFIX, with pattern) or manifest",
+			loader.ErrConfig)
+	case len(req.Manifest) > 0:
+		if req.Pattern != "" {
+			return loader.Dataset{}, fmt.Errorf("%w: pattern goes with data, not manifest", loader.ErrConfig)
+		}
+		ds, err := loader.ParseManifest(req.Manifest)
+		if err != nil {
+			return ds, err
+		}
+		return ds.Resolve(ctx, d.src)
+	case req.Pattern == "":
+		return loader.Dataset{}, fmt.Errorf("%w: data needs a pattern (e.g. \"shard-*.{x,y}.npy\")", loader.ErrConfig)
+	}
+	u, err := fetch.ParsePrefix(req.Data)
+	if err != nil {
+		return loader.Dataset{}, fmt.Errorf("%w: data: %w", loader.ErrConfig, err)
+	}
+	return loader.FromPattern(ctx, d.src, u.Bucket, u.Path, req.Pattern)
+}
+
+// typeChars are the numpy kind and size of each element type numpy has.
+var typeChars = map[array.DType]string{
+	array.Bool: "b1", array.Int8: "i1", array.Int16: "i2", array.Int32: "i4", array.Int64: "i8",
+	array.Uint8: "u1", array.Uint16: "u2", array.Uint32: "u4", array.Uint64: "u8", array.Float16: "f2",
+	array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16",
+}
+
+// ringArrays returns the ring's arrays for ds: its arrays, then the ids.
+func ringArrays(ds loader.Dataset) ([]ring.ArraySpec, error) {
+	if len(ds.Names) == 0 {
+		return nil, fmt.Errorf("%w: no arrays", loader.ErrDataset)
+	}
+	out := make([]ring.ArraySpec, 0, len(ds.Names)+1)
+	for j, name := range ds.Names {
+		sp := ds.Specs[j]
+		tc, ok := typeChars[sp.DType]
+		if !ok {
+			return nil, fmt.Errorf("%w: array %q: %s has no numpy type string", loader.ErrDataset, name, sp.DType)
+		}
+		order := "|"
+		switch sp.ByteOrder {
+		case array.Little:
+			order = "<"
+		case array.Big:
+			order = ">"
+		}
+		if name == idsArray {
+			return nil, fmt.Errorf("%w: an array is named %q, the name of the ids", loader.ErrDataset, idsArray)
+		}
+		out = append(out, ring.ArraySpec{Name: name, DType: order + tc, Row: append([]int{}, sp.Row...)})
+	}
+	return append(out, ring.ArraySpec{Name: idsArray, DType: "<i8", Row: []int{}}), nil
+}
+
+// newLoader starts a loader on cfg whose buffers are the ring's slots.
+func (s *loaderSession) newLoader(cfg loader.Config) (*loader.Loader, error) {
+	s.alloc = 0
+	return loader.New(loader.FromStore(s.store), cfg)
+}
+
+// newBuffer is the loaders' NewBuffer: a loader allocates its slots one
+// after the other, each one buffer per dataset array in order, so slot k's
+// array j is the ring's slot k's payload j. The buffer's capacity is the
+// payload's (at least a page), so that every buffer has its own address.
+func (s *loaderSession) newBuffer(n int) ([]byte, error) {
+	arrays := len(s.layout.Arrays) - 1 // the ids are the session's to write
+	k, j := s.alloc/arrays, s.alloc%arrays
+	s.alloc++
+	if k >= s.ring.Slots() || n > s.layout.Capacity[j] {
+		return nil, fmt.Errorf("daemon: loader buffer %d (slot %d, array %d) of %d bytes does not fit the ring",
+			s.alloc-1, k, j, n)
+	}
+	off := s.layout.Offsets[j]
+	return s.ring.Slot(k)[off : off+n : off+s.layout.Capacity[j]], nil
+}
+
+// free closes the loader, the store and the ring. Batches the client held
+// were released by run.
+func (s *loaderSession) free() {
+	var errs []error
+	if s.l != nil {
+		errs = append(errs, s.l.Close())
+	}
+	errs = append(errs, s.store.Close(), s.ring.Close())
+	if err := errors.Join(errs...); err != nil {
+		s.d.log.Warn("loader session: free", "session", s.id, "err", err)
+	}
+}
+
+// sessionPlanner is a session's loader's Planner: the daemon's cache, and
+// the plan store, so that the plans show in GET /v1/plans and the loaders'
+// stats in the metrics, as for loaders in other processes.
+type sessionPlanner struct{ d *Daemon }
+
+// Plan implements loader.Planner.
+func (p sessionPlanner) Plan(ctx context.Context, id string, objs []fetch.Object) error {
+	if err := p.d.plans.admit(id); err != nil {
+		return err
+	}
+	if err := p.d.cache.Plan(ctx, id, objs); err != nil {
+		return err
+	}
+	p.d.plans.put(control.Plan{ID: id, Objects: len(objs), Created: time.Now()})
+	return nil
+}
+
+// AdvancePlan implements loader.Planner.
+func (p sessionPlanner) AdvancePlan(ctx context.Context, id string, pos int) error {
+	if err := p.d.cache.AdvancePlan(ctx, id, pos); err != nil {
+		return err
+	}
+	p.d.plans.advance(id, pos)
+	return nil
+}
+
+// DropPlan implements loader.Planner.
+func (p sessionPlanner) DropPlan(ctx context.Context, id string) error {
+	p.d.plans.remove(id)
+	return p.d.cache.DropPlan(ctx, id)
+}
+
+// ReportStats implements loader.StatsReporter.
+func (p sessionPlanner) ReportStats(_ context.Context, id string, st stats.Loader) error {
+	p.d.plans.report(id, st)
+	return nil
+}
