@@ -74,8 +74,8 @@ func printStatus(w io.Writer, rep statusReport) error {
 			f.Failures, f.CRCFailures)
 	}
 	if rep.PID != 0 {
-		fmt.Fprintf(w, "jobs: %s; %d lease sessions, %d leases; %d plans\n", jobCounts(rep.Jobs),
-			rep.Sessions, rep.Leases, rep.Plans)
+		fmt.Fprintf(w, "jobs: %s; %d lease sessions, %d leases; %d loader sessions; %d plans\n", jobCounts(rep.Jobs),
+			rep.Sessions, rep.Leases, rep.LoaderSessions, rep.Plans)
 	}
 	return nil
 }
