@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,48 @@ func behindWatcher(t testing.TB, p string, fn func(link string) error) {
 	if err := os.Chtimes(link, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holdWatcher blocks c's watcher until the returned release is called (or
+// the test ends): it writes a foreign file into dir, one of the watched
+// data directories, and holds the watcher in its hook for that file's
+// event. Events that arrive meanwhile queue behind it, so a test can change
+// files and verify them before the watcher looks; the hold is released
+// before the cache closes.
+func holdWatcher(t testing.TB, c *Cache, dir string) (release func()) {
+	t.Helper()
+	gate := filepath.Join(dir, "hold-watcher-gate")
+	entered, gateOpen := make(chan struct{}), make(chan struct{})
+	var once, releaseOnce sync.Once
+	old := c.hooks.Load()
+	h := &testHooks{}
+	if old != nil {
+		*h = *old
+	}
+	prev := h.watched
+	h.watched = func(path string, dropped bool) {
+		if path == gate {
+			once.Do(func() {
+				close(entered)
+				<-gateOpen
+			})
+		}
+		if prev != nil {
+			prev(path, dropped)
+		}
+	}
+	c.hooks.Store(h)
+	release = func() { releaseOnce.Do(func() { close(gateOpen); c.hooks.Store(old) }) }
+	t.Cleanup(release) // before the cache's Close, registered earlier
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(hookWait):
+		t.Fatal("the watcher never handled the gate file's event")
+	}
+	return release
 }
 
 // flipByte flips the byte at off of the data file at p behind the cache's
@@ -109,6 +152,8 @@ func (v *verifyEnv) path(t testing.TB, name string, k Kind) string {
 func TestVerifyDropsCorruptCopies(t *testing.T) {
 	v := newVerifyEnv(t)
 	c, ctx := v.c, context.Background()
+	release := holdWatcher(t, c, filepath.Dir(v.path(t, "b", Disk)))
+	defer release()
 	flipByte(t, v.path(t, "a", Shm), 1000)
 	flipByte(t, v.path(t, "b", Disk), 200<<10)
 	calls := v.env.dl.calls.Load()
@@ -158,6 +203,8 @@ func TestVerifyDoomsCopyInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := h.Path()
+	release := holdWatcher(t, c, filepath.Dir(p))
+	defer release()
 	flipByte(t, p, 5)
 	res, err := c.Verify(ctx, VerifyOptions{Bucket: "bkt", Prefix: "b"})
 	if err != nil || res.Objects != 1 || res.Corrupt != 1 {
@@ -213,6 +260,8 @@ func TestVerifyDirSourceIsUnverifiable(t *testing.T) {
 		x := c.entries[indexKey("other", "y")]
 		return x.st.path(x.id)
 	}()
+	release := holdWatcher(t, c, filepath.Dir(p))
+	defer release()
 	behindWatcher(t, p, func(link string) error { return os.Truncate(link, 10) })
 	res, err = c.Verify(context.Background(), VerifyOptions{Bucket: "other"})
 	if err != nil || res.Objects != 1 || res.Damaged != 1 || len(res.Dropped) != 1 {
