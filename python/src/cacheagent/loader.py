@@ -227,6 +227,7 @@ class Loader:
         self._client = Client(socket, timeout=min(self.timeout, 30.0))
         self._handoff_ns = 0  # time spent from a Ready received to its views built
         self._wait_ns = 0  # time blocked waiting for a Ready
+        self._release_ns = 0  # time spent sending Releases
         self._batches = 0
         self._seeks = 0
         try:
@@ -424,7 +425,9 @@ class Loader:
         except ValueError:  # pragma: no cover
             pass
         b._loader = None
+        t0 = time.perf_counter_ns()
         self._send(_RELEASE.pack(T_RELEASE, b.slot, b.seq))
+        self._release_ns += time.perf_counter_ns() - t0
 
     def _release_all(self) -> None:
         for b in list(self._order):
@@ -568,12 +571,12 @@ class Loader:
     def stats(self) -> Dict[str, Any]:
         """Client-side figures: ``batches`` received, ``wait_s`` (time
         blocked waiting for the daemon's next batch: the loader's stall as
-        seen here), ``handoff_us`` (mean time from a batch's message to its
-        views built), ``seeks``; and ``daemon``, the daemon's summed loader
+        seen here), ``handoff_us`` (mean time per batch from its message
+        received to its views built, plus sending its release), ``seeks``; and ``daemon``, the daemon's summed loader
         stats (``status()["loaders"]["totals"]``) when it reports them."""
         n = max(self._batches, 1)
         out: Dict[str, Any] = {"batches": self._batches, "wait_s": self._wait_ns / 1e9,
-                               "handoff_us": self._handoff_ns / n / 1e3, "seeks": self._seeks}
+                               "handoff_us": (self._handoff_ns + self._release_ns) / n / 1e3, "seeks": self._seeks}
         try:
             loaders = self._client.status().get("loaders")
             if loaders:
