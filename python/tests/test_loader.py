@@ -60,13 +60,18 @@ def dataset(daemon):
 
 
 def ref_ids(daemon, *, batch: int, seed: int = 0, epoch: int = 0, epochs: int = 1, rank: int = 0, world: int = 1,
-            shuffle: str = "", prefix: str = PREFIX) -> List[List[int]]:
+            shuffle: str = "", prefix: str = PREFIX, drop_last: bool = False,
+            wrap: bool = True) -> List[List[int]]:
     """The batches' ids as `cacheagent loader ids` prints them."""
     args = [str(daemon.bin / "cacheagent"), "--config", str(daemon.config), "loader", "ids",
             "--data", f"gs://bench/{prefix}", "--pattern", PATTERN, "--batch", str(batch), "--seed", str(seed),
             "--epoch", str(epoch), "--epochs", str(epochs), "--rank", str(rank), "--world", str(world)]
     if shuffle:
         args += ["--shuffle", shuffle]
+    if drop_last:
+        args += ["--drop-last"]
+    if not wrap:
+        args += ["--tail", "drop"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return [[int(v) for v in line.split()] for line in r.stdout.splitlines() if line.strip()]
@@ -91,6 +96,7 @@ def loader_sessions(client) -> int:
 @pytest.mark.parametrize("cfg", [
     dict(shuffle="global", seed=1, rank=1, world=2),
     dict(seed=5),  # shard-window, the default
+    dict(shuffle="sequential", rank=2, world=3, drop_last=True, wrap=False),
 ])
 def test_ids_match_cli_and_arrays_match_source(daemon, dataset, client, cfg):
     np = need("numpy")
@@ -261,15 +267,46 @@ def test_bad_input(daemon, dataset, client, kw, exc):
 
 
 def test_default_rank_world(monkeypatch):
+    import types
+
     from cacheagent.loader import _default_rank_world
 
-    if "torch" not in sys.modules:
-        monkeypatch.setenv("RANK", "3")
-        monkeypatch.setenv("WORLD_SIZE", "8")
-        assert _default_rank_world() == (3, 8)
-        monkeypatch.delenv("RANK")
-        monkeypatch.delenv("WORLD_SIZE")
-        assert _default_rank_world() == (0, 1)
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "8")
+    assert _default_rank_world() == (3, 8)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    assert _default_rank_world() == (0, 1)
+    assert "torch" not in sys.modules  # never imported for that
+    # torch imported, its process group initialised: its rank and world size
+    dist = types.SimpleNamespace(is_available=lambda: True, is_initialized=lambda: True, get_rank=lambda: 5,
+                                 get_world_size=lambda: 6)
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(distributed=dist))
+    monkeypatch.setenv("RANK", "3")
+    assert _default_rank_world() == (5, 6)
+    dist.is_initialized = lambda: False
+    assert _default_rank_world() == (3, 1)
+
+
+def test_torch_from_numpy_shares_the_ring(daemon, dataset):
+    torch = need("torch")
+    np = need("numpy")
+    with loader(daemon, seed=3) as ld:
+        b = next(iter(ld))
+        t = torch.from_numpy(b["x"])
+        lo = ld.ring.__array_interface__["data"][0]
+        assert lo <= t.data_ptr() < lo + ld.ring_bytes
+        np.testing.assert_array_equal(t.numpy(), dataset["x"][b.ids])
+
+
+def test_slot_header_mismatch_is_an_error(daemon, dataset):
+    from cacheagent.loader import T_READY
+
+    with loader(daemon, seed=3) as ld:
+        b = next(iter(ld))
+        with pytest.raises(cacheagent.InternalError, match="the Ready says batch"):
+            ld._batch((T_READY, b.slot, b.seq + 1, b.epoch, b.index, len(b), 0))
 
 
 @pytest.fixture(scope="module")
