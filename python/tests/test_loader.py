@@ -240,6 +240,37 @@ def test_sigkill_frees_session_and_resume(daemon, dataset, client):
     assert out["ids"] + got == want
 
 
+def test_refused_seek_goes_on(daemon, dataset):
+    """A Seek the daemon refuses raises its reason; the session goes on."""
+    want = ref_ids(daemon, batch=64, seed=6)
+    with loader(daemon, seed=6) as ld:
+        it = iter(ld)
+        next(it)
+        with pytest.raises(cacheagent.InvalidRequest, match="seek"):
+            ld._seek(1 << 40, 0)  # out of range: refused (code 3)
+        with pytest.raises(cacheagent.InvalidRequest):
+            ld.set_epoch(-1)
+        ld.set_epoch(0)
+        assert [b.ids.tolist() for b in ld] == want
+
+
+def test_daemon_stop_ends_session(daemon, dataset):
+    ld = loader(daemon, seed=6)
+    try:
+        it = iter(ld)
+        next(it)
+        daemon.stop_daemon()
+        t0 = time.monotonic()
+        with pytest.raises((cacheagent.SessionEnded, cacheagent.DaemonUnavailable)):
+            for _ in it:
+                pass
+        assert time.monotonic() - t0 < 5
+    finally:
+        ld.close()
+        if daemon.daemon is None:
+            daemon.start_daemon()
+
+
 def test_fingerprint_mismatch_refused(daemon, dataset):
     with loader(daemon, seed=1) as ld:
         st = ld.state_dict()

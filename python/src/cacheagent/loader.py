@@ -460,6 +460,10 @@ class Loader:
         """Restart the stream at (epoch, batch) (protocol's Seek)."""
         self._send(_SEEK.pack(T_SEEK, epoch, batch))
         self._release_all()
+        # Until the answer, the stream is nowhere an iteration can use: a
+        # refused Seek leaves the old sequence going, short of the batches
+        # released here, and the next iteration seeks again.
+        self._ended = True
         while True:
             t, m = self._recv()
             if t == T_READY:
@@ -478,6 +482,8 @@ class Loader:
         daemon restarts its loader there unless its stream is already at
         that epoch's first batch)."""
         self._check()
+        if int(epoch) < 0:
+            raise InvalidRequest(f"cacheagent loader: set_epoch({epoch}): epochs are >= 0", code="invalid")
         self._epoch = int(epoch)
         self._fresh = False
 
