@@ -271,6 +271,49 @@ def test_daemon_stop_ends_session(daemon, dataset):
             daemon.start_daemon()
 
 
+def test_manifest(daemon, dataset, tmp_path):
+    """A manifest naming the same shards reads the same batches as the pattern."""
+    np = need("numpy")
+    want = ref_ids(daemon, batch=64, seed=8, shuffle="global")
+    m = {"arrays": ["x", "y"], "shards": [{"x": f"gs://bench/{PREFIX}shard-{k:04d}.x.npy",
+                                           "y": f"gs://bench/{PREFIX}shard-{k:04d}.y.npy", "rows": n}
+                                          for k, n in enumerate(ROWS)]}
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps(m))
+    for manifest in (m, json.dumps(m), str(path)):
+        with cacheagent.Loader(manifest=manifest, batch_size=64, seed=8, shuffle="global", rank=0, world_size=1,
+                               socket=daemon.socket, timeout=30) as ld:
+            got = []
+            for b in ld:
+                got.append(b.ids.tolist())
+                np.testing.assert_array_equal(b["x"], dataset["x"][b.ids])
+        assert got == want
+
+
+def test_epochs_past_the_session(daemon, dataset):
+    """With epochs=1, further iterations go on with the next epochs (the daemon restarts its loader)."""
+    want = ref_ids(daemon, batch=64, seed=6, epochs=3)
+    with loader(daemon, seed=6) as ld:
+        got = [[b.ids.tolist() for b in ld] for _ in range(3)]
+        assert [x for e in got for x in e] == want and all(len(e) == len(ld) for e in got)
+        assert ld.state_dict()["epoch"] == 3
+
+
+def test_old_iterator_stops(daemon, dataset):
+    want = ref_ids(daemon, batch=64, seed=6)
+    with loader(daemon, seed=6) as ld:
+        old = iter(ld)
+        next(old)
+        new = iter(ld)  # ends the old one; restarts the epoch
+        assert list(old) == []
+        assert [b.ids.tolist() for b in new] == want
+        old = iter(ld)
+        next(old)
+        ld.load_state_dict({"epoch": 0, "batch": 3, "fingerprint": ld.state_dict()["fingerprint"]})
+        assert list(old) == []
+        assert [b.ids.tolist() for b in ld] == want[3:]
+
+
 def test_fingerprint_mismatch_refused(daemon, dataset):
     with loader(daemon, seed=1) as ld:
         st = ld.state_dict()

@@ -160,7 +160,8 @@ class Loader:
             or ``None`` with ``manifest``.
         pattern: shard file pattern under ``data`` (``"shard-*.{x,y}.npy"``:
             ``*`` names the shard, ``{x,y}`` the arrays).
-        manifest: a manifest (a dict, or its JSON text) instead of ``data``.
+        manifest: a manifest (a dict, its JSON text or a file's path) instead
+            of ``data`` and ``pattern`` (see the Go ``loader.ParseManifest``).
         batch_size: samples per batch.
         shuffle: ``"shard-window"`` (the default), ``"global"`` or
             ``"sequential"``; ``window`` the shard-window's window (0:
@@ -184,7 +185,11 @@ class Loader:
 
     Iterating yields the batches of one epoch (:class:`Batch`); the next
     iteration goes on with the next epoch, or ``set_epoch(e)`` picks one.
-    Use it as a context manager or call :meth:`close`.
+    An iteration broken off and started again restarts its epoch; the first
+    one after :meth:`load_state_dict` starts at the saved batch. A new
+    iteration ends the one before. Use it as a context manager or call
+    :meth:`close`. A Loader is for one thread and is not inherited by forked
+    children (open one per process).
     """
 
     def __init__(self, data: Optional[str] = None, *, pattern: Optional[str] = None, manifest: Any = None,
@@ -196,6 +201,7 @@ class Loader:
         self._conn: Optional[http.client.HTTPConnection] = None
         self._mm: Optional[mmap.mmap] = None
         self._closed = False
+        self._iter_gen = 0  # bumped by each iteration and session end: older iterators stop
         import numpy as np  # needed for the views
 
         self._np = np
@@ -209,6 +215,10 @@ class Loader:
         if pattern is not None:
             req["pattern"] = pattern
         if manifest is not None:
+            if isinstance(manifest, (str, bytes, os.PathLike)) and not str(
+                    manifest if not isinstance(manifest, bytes) else manifest.decode()).lstrip().startswith("{"):
+                with open(manifest, "rb") as f:  # a manifest file's path
+                    manifest = f.read()
             req["manifest"] = json.loads(manifest) if isinstance(manifest, (str, bytes)) else manifest
         if shuffle:
             req["shuffle"] = shuffle
@@ -248,7 +258,7 @@ class Loader:
                              "fingerprint": int(resume.get("fingerprint", 0))}
             req["epoch"] = int(resume["epoch"])  # the session runs from the resumed epoch
         c = self._client
-        conn = c._connect(c.timeout)
+        conn = c._connect(self.timeout)  # the daemon lists the dataset and reads its headers first
         try:
             body = json.dumps(req).encode()
             conn.request("POST", "/v1/loaders", body=body, headers={"Content-Type": "application/json"})
@@ -288,7 +298,6 @@ class Loader:
         self._held: Dict[int, Batch] = {}  # slot -> batch handed to the user
         self._order: Deque[Batch] = collections.deque()  # the held batches, oldest first
         self._pending: Deque[Tuple[int, tuple]] = collections.deque()  # messages received, not yet used
-        self._iter_gen = 0
         self._dtypes: Dict[bytes, Any] = {}
         # The data socket.
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_SEQPACKET)
@@ -323,6 +332,7 @@ class Loader:
     def _end_session(self) -> None:
         """Close the data socket and control stream; drop the ring (the
         mapping lives on while views of it do)."""
+        self._iter_gen += 1
         for b in list(self._order) if hasattr(self, "_order") else []:
             b._loader = None  # no release through a closed session
         if hasattr(self, "_order"):
@@ -531,6 +541,9 @@ class Loader:
             elif t == T_END:
                 self._pos = (m[1], m[2])
                 self._ended = True
+                if m[1] == epoch:  # the session's epochs ended before this one: the daemon goes on
+                    self._seek(m[1], m[2])
+                    continue
                 break
             elif t == T_ERROR:
                 self._raise_error(m)
