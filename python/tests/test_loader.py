@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 import pytest
 

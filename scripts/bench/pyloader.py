@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import select
 import shutil
 import signal

@@ -243,8 +243,8 @@ class Loader:
         try:
             self._open(None)
             if not 1 <= self.keep <= self.slots:
-                raise InvalidRequest(f"cacheagent loader: keep {self.keep} is not in 1..{self.slots} (the ring's slots)",
-                                     code="invalid")
+                raise InvalidRequest(f"cacheagent loader: keep {self.keep} is not in 1..{self.slots} "
+                                     "(the ring's slots)", code="invalid")
         except BaseException:
             self.close()
             raise
@@ -316,7 +316,8 @@ class Loader:
                 code, = struct.unpack_from("<I", msg, 4)
                 raise _ring_error(code, msg[8:].decode(errors="replace"))
             if len(msg) != _WELCOME.size or _TYPE.unpack_from(msg)[0] != T_WELCOME or len(fds) != 1:
-                raise InternalError(f"cacheagent loader: want a Welcome with the ring, got {msg[:16]!r} and {len(fds)} fds")
+                raise InternalError(f"cacheagent loader: want a Welcome with the ring, got {msg[:16]!r} "
+                                    f"and {len(fds)} fds")
             _, proto, ring_bytes, slot_bytes, slots, narrays = _WELCOME.unpack(msg)
             if (ring_bytes, slot_bytes, slots, narrays) != (self.ring_bytes, self.slot_bytes, self.slots,
                                                               len(self.array_specs)):
@@ -632,5 +633,5 @@ class Loader:
         pass
 
     def __repr__(self) -> str:
-        return (f"<cacheagent.Loader session {getattr(self, 'session', '?')} {self.batches_per_epoch if hasattr(self, 'batches_per_epoch') else '?'}"
-                f" batches/epoch{' closed' if self._closed else ''}>")
+        return (f"<cacheagent.Loader session {getattr(self, 'session', '?')} "
+                f"{getattr(self, 'batches_per_epoch', '?')} batches/epoch{' closed' if self._closed else ''}>")
