@@ -8,6 +8,8 @@ its control socket:
 * :func:`open` -- lease one object and map its local copy read-only
   (``lease.bytes()``, ``lease.array()`` for ``.npy``);
 * :func:`plan` -- announce the order in which objects will be read;
+* :class:`Loader` -- the daemon's Go loader for this process: batches
+  gathered into a shared ring (a memfd) and yielded as numpy views, no copy;
 * :mod:`cacheagent.torch` -- ``PlannedSampler`` and ``Dataset`` for PyTorch
   (torch itself is never imported by ``import cacheagent``).
 
@@ -27,11 +29,12 @@ from .errors import (CacheagentError, ChecksumError, ClientClosed, DaemonNotRunn
                      DaemonUnavailable, InternalError, InvalidName, InvalidRequest, NoShm, NoSpace, NotFound,
                      ResourceNotFound, SessionEnded)
 from .lease import Lease, ObjectAttrs
+from .loader import Batch, Loader
 from .plan import Plan, PlanInfo, plan
 from .uri import URI, ObjectLike, ObjectRef, object_of, parse_object, parse_prefix, parse_uri
 
 __all__ = [
-    "__version__", "DEFAULT_SOCKET", "Client", "DaemonInfo", "Lease", "ObjectAttrs", "Plan", "PlanInfo",
+    "__version__", "DEFAULT_SOCKET", "Client", "Loader", "Batch", "DaemonInfo", "Lease", "ObjectAttrs", "Plan", "PlanInfo",
     "URI", "ObjectRef", "ObjectLike", "open", "plan", "parse_uri", "parse_object", "parse_prefix", "object_of",
     "CacheagentError", "NotFound", "InvalidName", "ChecksumError", "NoSpace", "NoShm", "ResourceNotFound",
     "InvalidRequest", "DaemonUnavailable", "DaemonNotRunning", "DaemonTimeout", "SessionEnded",
