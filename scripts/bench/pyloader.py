@@ -11,7 +11,8 @@ second of an epoch read through the public iterator.
 By default it is self-contained: it builds `cacheagent` and the GCS
 emulator (scripts/bench/gcsemu), uploads a dataset of .npy shards (x: uint8
 rows of --sample-bytes, y: int64), starts a daemon on a temporary control
-socket and stops everything at the end. With --socket and --data it uses a
+socket and stops everything at the end (CACHEAGENT_BIN_DIR names a directory
+with both binaries built already). With --socket and --data it uses a
 running daemon and an existing dataset instead.
 
     /usr/bin/python3 scripts/bench/pyloader.py [--shards 16 --rows 8192 --sample-bytes 1024 --batch 256]
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import select
 import shutil
 import signal
@@ -59,8 +61,12 @@ def setup(tmp: Path, args: argparse.Namespace, procs: list) -> tuple:
     return (socket, data URI)."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
+    prebuilt = os.environ.get("CACHEAGENT_BIN_DIR")  # a directory with cacheagent and gcsemu built already
     for target, name in (("./cmd/cacheagent", "cacheagent"), ("./scripts/bench/gcsemu", "gcsemu")):
-        subprocess.run(["go", "build", "-o", str(bin_dir / name), target], cwd=REPO, check=True)
+        if prebuilt:
+            shutil.copy(Path(prebuilt) / name, bin_dir / name)
+        else:
+            subprocess.run(["go", "build", "-o", str(bin_dir / name), target], cwd=REPO, check=True)
     emu = subprocess.Popen([str(bin_dir / "gcsemu"), "-bucket", BUCKET, "-prefix", "unused/", "-objects", "1",
                             "-size", "1", "-first-byte", "0", "-rate", "0"], stdout=subprocess.PIPE,
                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
