@@ -157,7 +157,7 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
 	}
 	srv, err := mount.Mount(ctx, cfg.Mount.Path, mount.Config{Cache: d.cache, Source: d.src, Roots: roots,
-		AllowOther: true, Logger: d.log})
+		AllowOther: true, SkipOpen: cfg.Mount.SkipOpen, Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("daemon: mount: %w", err)
 	}

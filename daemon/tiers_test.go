@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 )
 
 // TestShmTier pins objects hot through the daemon and checks that status
@@ -60,44 +62,38 @@ func TestShmTier(t *testing.T) {
 	}
 }
 
-// TestMount serves the sources at mount.path and reads an object through
-// it; Close unmounts.
+// TestMount serves the sources at mount.path, with and without
+// mount.skip_open, and reads an object through it; Close unmounts.
 func TestMount(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		skipOrFail(t, "no FUSE device: %v", err)
+		testenv.Cannot(t, "no FUSE device: %v", err)
 	}
 	if _, err := exec.LookPath("fusermount3"); err != nil && os.Geteuid() != 0 {
-		skipOrFail(t, "not root and no fusermount3: %v", err)
+		testenv.Cannot(t, "not root and no fusermount3: %v", err)
 	}
 	objs := dataset("bkt", "m/", 1, 70_000)
 	emu := startEmulator(t, objs)
-	dir := t.TempDir()
-	cfg := testConfig(dir, emu)
-	cfg.Sources = []SourceConfig{{URI: "gs://bkt/m/"}}
-	cfg.Mount.Path = filepath.Join(dir, "mnt")
-	d := startDaemon(t, cfg)
-	got, err := os.ReadFile(filepath.Join(cfg.Mount.Path, "bkt", "m", "00"))
-	if err != nil || !bytes.Equal(got, objs[0].Content) {
-		t.Fatalf("read through the mount: %d bytes, %v; want the object", len(got), err)
+	for _, skipOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("skip_open=%v", skipOpen), func(t *testing.T) {
+			dir := t.TempDir()
+			cfg := testConfig(dir, emu)
+			cfg.Sources = []SourceConfig{{URI: "gs://bkt/m/"}}
+			cfg.Mount.Path, cfg.Mount.SkipOpen = filepath.Join(dir, "mnt"), skipOpen
+			d := startDaemon(t, cfg)
+			got, err := os.ReadFile(filepath.Join(cfg.Mount.Path, "bkt", "m", "00"))
+			if err != nil || !bytes.Equal(got, objs[0].Content) {
+				t.Fatalf("read through the mount: %d bytes, %v; want the object", len(got), err)
+			}
+			if err := d.Close(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			mounts, err := os.ReadFile("/proc/self/mountinfo")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(mounts), " "+cfg.Mount.Path+" ") {
+				t.Errorf("%s is still mounted after Close", cfg.Mount.Path)
+			}
+		})
 	}
-	if err := d.Close(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	mounts, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(mounts), " "+cfg.Mount.Path+" ") {
-		t.Errorf("%s is still mounted after Close", cfg.Mount.Path)
-	}
-}
-
-// skipOrFail skips a test that needs what this machine lacks, or fails it
-// in CI, where everything must be there.
-func skipOrFail(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf(format, args...)
-	}
-	t.Skipf(format, args...)
 }

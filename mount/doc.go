@@ -93,7 +93,7 @@
 // is the open itself: a round trip to this process (and the release after
 // close, which the caller does not wait for). On a busy machine that round
 // trip costs more than opening and reading a 100 KiB file from the page
-// cache; see docs/mount-bench-2026-11-26.md.
+// cache; see docs/benchmarks.md.
 //
 // # Opening without a request
 //
