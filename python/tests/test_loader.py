@@ -426,3 +426,35 @@ def test_small_dev_shm(daemon, big_dataset):
     assert r.returncode == 0, r.stderr[-3000:]
     words = r.stdout.split()
     assert words[0] == "ok" and int(words[1]) > 64 << 20 and int(words[2]) == BIG_ROWS, r.stdout
+
+
+TWO_JOBS = """
+import sys, cacheagent
+with cacheagent.Loader("gs://bench/two/", pattern="shard-*.{x,y}.npy", batch_size=32, shuffle="global", seed=%d,
+                       rank=0, world_size=1, socket=%r, timeout=60) as ld:
+    n = sum(len(b) for b in ld)
+print(n, flush=True)
+"""
+
+
+def test_two_jobs_one_download_per_object(daemon, client):
+    """Two Python jobs on one VM read the same fresh dataset at once: each
+    object leaves the (emulated) GCS once."""
+    np = need("numpy")
+    shards, rows = 6, 200
+    for k in range(shards):
+        daemon.upload(f"two/shard-{k:04d}.x.npy", _npy(np.full((rows, 64), k, dtype=np.uint8)))
+        daemon.upload(f"two/shard-{k:04d}.y.npy", _npy(np.arange(rows, dtype=np.int64)))
+    before = client.status()["fetch"]["objects"]
+    jobs = [child(TWO_JOBS % (seed, daemon.socket)) for seed in (1, 2)]
+    try:
+        counts = [int(_wait_line(p, timeout=120)) for p in jobs]
+    finally:
+        for p in jobs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+    assert counts == [shards * rows] * 2
+    assert client.status()["fetch"]["objects"] - before == 2 * shards  # x and y of each shard, once
