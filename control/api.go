@@ -239,6 +239,10 @@ type Plan struct {
 	Objects  int       `json:"objects"`
 	Position int       `json:"position"`
 	Created  time.Time `json:"created"`
+	// Stats is the last report of the plan's loader (POST
+	// /v1/plans/{id}/stats, or a loader session's own): its totals since it
+	// started, stalls by cause included; absent before the first.
+	Stats *stats.Loader `json:"stats,omitempty"`
 }
 
 // ObjectsRequest names objects to fetch (POST /v1/fetch) or promote to

@@ -126,6 +126,9 @@ func TestReportStatsRoute(t *testing.T) {
 	if n, tot := d.plans.loaderTotals(); n != 1 || tot.Samples != 16 {
 		t.Errorf("loader totals = %d reporting, %+v; want 1 plan reporting, 16 samples", n, tot)
 	}
+	if p, ok := d.plans.get("p"); !ok || p.Stats == nil || p.Stats.Samples != 16 {
+		t.Errorf("GET /v1/plans/p = %+v, %v; want the last report (16 samples)", p, ok)
+	}
 	if err := c.ReportStats(ctx, "p", stats.Loader{Batches: -1}); !errors.Is(err, control.ErrInvalid) {
 		t.Errorf("ReportStats(negative) = %v; want ErrInvalid", err)
 	}

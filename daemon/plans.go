@@ -83,7 +83,12 @@ func (s *planStore) get(id string) (control.Plan, bool) {
 	if !ok {
 		return control.Plan{}, false
 	}
-	return e.plan, true
+	p := e.plan
+	if e.last != nil {
+		st := *e.last
+		p.Stats = &st
+	}
+	return p, true
 }
 
 // remove forgets plan id and its loader's last report; false if there was

@@ -458,3 +458,17 @@ def test_two_jobs_one_download_per_object(daemon, client):
             p.stderr.close()
     assert counts == [shards * rows] * 2
     assert client.status()["fetch"]["objects"] - before == 2 * shards  # x and y of each shard, once
+
+
+def test_stats_by_cause(daemon, dataset):
+    """The session's Go loader reports its figures, stalls split by cause."""
+    with loader(daemon, shuffle="global", seed=2, epochs=3) as ld:
+        for _ in range(2):
+            for _ in ld:
+                time.sleep(0.06)  # a training step: the epochs last past the loader's report interval (1 s)
+        assert wait_for(lambda: "loader" in ld.stats, 5.0), ld.stats
+        st = ld.stats["loader"]
+    for key in ("batches", "samples", "wait_seconds", "fetch_seconds", "promote_seconds", "gather_seconds",
+                "other_seconds"):
+        assert key in st, st
+    assert st["batches"] > 0

@@ -592,11 +592,21 @@ class Loader:
         """Client-side figures: ``batches`` received, ``wait_s`` (time
         blocked waiting for the daemon's next batch: the loader's stall as
         seen here), ``handoff_us`` (mean time per batch from its message
-        received to its views built, plus sending its release), ``seeks``; and ``daemon``, the daemon's summed loader
-        stats (``status()["loaders"]["totals"]``) when it reports them."""
+        received to its views built, plus sending its release), ``seeks``;
+        ``loader``, this session's Go loader's own figures as it last reported
+        them (at most a second old): batches, samples, ``wait_seconds`` and
+        its split by cause, ``fetch_seconds``, ``promote_seconds``,
+        ``gather_seconds``, ``other_seconds``; and ``daemon``, the daemon's
+        summed loader stats (``status()["loaders"]["totals"]``)."""
         n = max(self._batches, 1)
         out: Dict[str, Any] = {"batches": self._batches, "wait_s": self._wait_ns / 1e9,
                                "handoff_us": (self._handoff_ns + self._release_ns) / n / 1e3, "seeks": self._seeks}
+        try:
+            plan = self._client._request("GET", f"/v1/plans/loader-session-{self.session}")
+            if isinstance(plan, dict) and plan.get("stats"):
+                out["loader"] = plan["stats"]
+        except errors.CacheagentError:
+            pass
         try:
             loaders = self._client.status().get("loaders")
             if loaders:
