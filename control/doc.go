@@ -40,7 +40,7 @@
 //	POST   /v1/plans/{id}/advance             AdvanceRequest → 204
 //	POST   /v1/plans/{id}/stats               stats.Loader (the plan's loader's totals) → 204
 //	GET    /v1/plans                          []Plan
-//	GET    /v1/plans/{id}                     Plan
+//	GET    /v1/plans/{id}                     Plan (with its loader's last stats report)
 //	DELETE /v1/plans/{id}                     → 204
 //	POST   /v1/fetch                          ObjectsRequest → 204 once all are cached (demand priority)
 //	POST   /v1/promote                        ObjectsRequest → PromoteResult
