@@ -252,6 +252,7 @@ def main() -> None:
     b = Bench(args, tmp)
     # SIGTERM as Ctrl-C: the finally below cleans up
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
     try:
         t_all = time.perf_counter()
         b.build()
