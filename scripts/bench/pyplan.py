@@ -1,0 +1,317 @@
+#!/usr/bin/python3
+"""PlannedSampler through the FUSE mount, over a shaped link (issue 19).
+
+A shuffled map-style PyTorch job over many small files (ImageFolder-style:
+gs://bench/imgs/class-K/img-NNNNN.bin), whose Dataset opens and reads each
+file through the daemon's mount, DataLoader with 2 workers and batch 32, is
+run against a fresh daemon (empty cache, fresh mount) per configuration:
+
+* cold: the first epoch WITH cacheagent.torch.PlannedSampler (wrapping a
+  seeded RandomSampler; paths are mount paths with mount_root) and WITHOUT
+  (the same RandomSampler: each open waits out a first byte), against the
+  link-limited ideal dataset / (connections x rate);
+* half cache: tiers.disk.max = half the dataset (shm off), 3 epochs with and
+  without the plan; the GCS bytes of each epoch are counted at the proxy
+  (GET /_linkshape/status before and after the epoch).
+
+Self-contained: builds `cacheagent`, the GCS emulator and the shaping proxy
+(or copies them from CACHEAGENT_BIN_DIR), starts the emulator and the proxy
+(-first-byte, -rate per connection) once, uploads the dataset to the
+emulator directly (uploads are not counted), and for each configuration
+starts a daemon whose fetch.endpoint is the proxy and whose mount.path is a
+fresh directory. Everything (mounts, processes, temporary directories) is
+cleaned up at the end, on failure and on Ctrl-C. Needs root (or fuse
+access), fusermount3, numpy and torch.
+
+    /usr/bin/python3 scripts/bench/pyplan.py [--objects 2000 --size 102400 --connections 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "python" / "src"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
+
+import cacheagent  # noqa: E402
+from cacheagent.torch import PlannedSampler  # noqa: E402
+
+BUCKET = "bench"
+PREFIX = "imgs"
+
+
+def _stop(p: subprocess.Popen) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(15)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _unmount(path: Path) -> None:
+    if os.path.ismount(path):
+        subprocess.run(["fusermount3", "-u", "-z", str(path)], stderr=subprocess.DEVNULL, check=False)
+
+
+def _first_line(p: subprocess.Popen, what: str) -> str:
+    r, _, _ = select.select([p.stdout], [], [], 60)
+    line = p.stdout.readline().decode().strip() if r else ""
+    if not line.startswith("http://"):
+        sys.exit(f"{what} printed no URL: {line!r}")
+    return line
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, tmp: Path) -> None:
+        self.args, self.tmp = args, tmp
+        self.procs: list = []  # emulator and proxy, stopped last
+        self.mounts: list = []
+        self.bin = tmp / "bin"
+        self.proxy = ""
+        self.endpoint = ""
+        self.names: list = []
+
+    # --- setup -----------------------------------------------------------
+    def build(self) -> None:
+        self.bin.mkdir()
+        prebuilt = os.environ.get("CACHEAGENT_BIN_DIR")
+        for target, name in (("./cmd/cacheagent", "cacheagent"), ("./scripts/bench/gcsemu", "gcsemu"),
+                             ("./scripts/bench/gcsproxy", "gcsproxy")):
+            if prebuilt and (Path(prebuilt) / name).exists():
+                shutil.copy(Path(prebuilt) / name, self.bin / name)
+            else:
+                subprocess.run(["go", "build", "-o", str(self.bin / name), target], cwd=REPO, check=True)
+
+    def start_link(self) -> None:
+        a = self.args
+        emu = subprocess.Popen([str(self.bin / "gcsemu"), "-bucket", BUCKET, "-prefix", "unused/", "-objects", "1",
+                                "-size", "1", "-first-byte", "0", "-rate", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        self.procs.append(emu)
+        emu_endpoint = _first_line(emu, "gcsemu")  # http://127.0.0.1:P/storage/v1/
+        self.emu_base = emu_endpoint.split("/storage/v1/")[0]
+        proxy = subprocess.Popen([str(self.bin / "gcsproxy"), "-upstream", self.emu_base, "-first-byte",
+                                  a.first_byte, "-rate", a.rate], stdout=subprocess.PIPE,
+                                 stderr=open(self.tmp / "proxy.log", "ab"), stdin=subprocess.DEVNULL)
+        self.procs.append(proxy)
+        self.proxy = _first_line(proxy, "gcsproxy").rstrip("/")
+        # the daemon takes the endpoint in the form gcsemu prints it (pyloader.setup)
+        self.endpoint = self.proxy + "/storage/v1/"
+
+    def upload(self) -> None:
+        a = self.args
+        rng = np.random.default_rng(1)
+        for i in range(a.objects):
+            name = f"{PREFIX}/class-{i % a.classes:02d}/img-{i:05d}.bin"
+            body = rng.integers(0, 255, a.size, dtype=np.uint8).tobytes()
+            req = urllib.request.Request(f"{self.emu_base}/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name="
+                                         f"{quote(name, safe='')}", data=body, method="POST")
+            urllib.request.urlopen(req, timeout=60).read()
+            self.names.append(name)
+
+    def link_bytes(self) -> int:
+        with urllib.request.urlopen(self.proxy + "/_linkshape/status", timeout=10) as r:
+            return int(json.load(r)["stats"]["bytes_served"])
+
+    def start_daemon(self, tag: str, disk_max: str) -> tuple:
+        a = self.args
+        d = self.tmp / tag
+        d.mkdir()
+        (d / "disk").mkdir()
+        mnt = d / "mnt"
+        mnt.mkdir()
+        sock = str(d / "control.sock")
+        cfg = d / "cacheagent.yaml"
+        cfg.write_text("tiers:\n"
+                       f"  disk: {{dir: {d / 'disk'}, max: {disk_max}}}\n"
+                       "  shm: {dir: none}\n"
+                       f"fetch: {{endpoint: \"{self.endpoint}\", connections: {a.connections}"
+                       + (f", small_connections: {a.small_connections}" if a.small_connections else "") + "}\n"
+                       f"mount: {{path: {mnt}}}\n"
+                       f"control: {{socket: {sock}}}\n"
+                       "metrics: {listen: none}\n"
+                       "gpu: none\n")
+        log = open(d / "daemon.log", "ab")
+        p = subprocess.Popen([str(self.bin / "cacheagent"), "serve", "--config", str(cfg)], stdout=log, stderr=log,
+                             stdin=subprocess.DEVNULL)
+        self.mounts.append(mnt)
+        deadline = time.monotonic() + 30
+        while True:
+            if p.poll() is not None:
+                sys.exit(f"the daemon ({tag}) exited:\n" + (d / "daemon.log").read_text()[-3000:])
+            try:
+                cacheagent.Client(sock, timeout=2).close()
+                if os.path.ismount(mnt):
+                    break
+            except cacheagent.CacheagentError:
+                pass
+            if time.monotonic() > deadline:
+                _stop(p)
+                sys.exit(f"the daemon ({tag}) did not start:\n" + (d / "daemon.log").read_text()[-3000:])
+            time.sleep(0.05)
+        return p, sock, mnt
+
+    # --- the job ---------------------------------------------------------
+    def run_job(self, tag: str, disk_max: str, planned: bool, epochs: int) -> list:
+        """A fresh daemon and mount; `epochs` epochs of the DataLoader job.
+        Returns [(seconds, link bytes)] per epoch."""
+        a = self.args
+        p, sock, mnt = self.start_daemon(tag, disk_max)
+        try:
+            paths = [f"{mnt}/{BUCKET}/{n}" for n in self.names]
+            ds = FileDataset(paths)
+            base = RandomSampler(ds, generator=torch.Generator().manual_seed(a.seed))
+            sampler = PlannedSampler(base, paths, socket=sock, mount_root=str(mnt)) if planned else base
+            dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers)
+            out = []
+            for _ in range(epochs):
+                b0 = self.link_bytes()
+                t0 = time.perf_counter()
+                n = 0
+                for x in dl:
+                    n += x.shape[0]
+                dt = time.perf_counter() - t0
+                if n != len(ds):
+                    raise RuntimeError(f"{tag}: epoch read {n} of {len(ds)} samples")
+                out.append((dt, self.link_bytes() - b0))
+            if planned:
+                if sampler.errors:
+                    raise RuntimeError(f"{tag}: PlannedSampler logged {sampler.errors} errors")
+                sampler.close()
+            return out
+        finally:
+            _stop(p)
+            _unmount(mnt)
+
+    def cleanup(self) -> None:
+        for m in self.mounts:
+            _unmount(m)
+        for p in reversed(self.procs):
+            _stop(p)
+            if p.stdout:
+                p.stdout.close()
+
+
+class FileDataset(torch.utils.data.Dataset):
+    """ImageFolder-style: each item opens and reads one file (through the mount)."""
+
+    def __init__(self, paths: list) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        with open(self.paths[i], "rb") as f:
+            b = f.read()
+        return torch.frombuffer(bytearray(b), dtype=torch.uint8)
+
+
+def _size(s: str) -> int:
+    for suf, m in (("MB", 10**6), ("KB", 10**3)):
+        if s.upper().endswith(suf):
+            return int(float(s[:-2]) * m)
+    return int(s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--objects", type=int, default=2000)
+    ap.add_argument("--size", type=int, default=100 * 1024, help="bytes per object")
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=8, help="the daemon's fetch.connections")
+    ap.add_argument("--small-connections", type=int, default=0,
+                    help="fetch.small_connections (0: the daemon's default, as many as connections)")
+    ap.add_argument("--first-byte", default="20ms")
+    ap.add_argument("--rate", default="100MB", help="per connection (decimal MB)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--epochs", type=int, default=3, help="epochs of the half-cache runs")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--only", choices=["cold", "half"], help="run one part only")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="pyplan-bench-"))
+    b = Bench(args, tmp)
+    # SIGTERM as Ctrl-C: the finally below cleans up
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started in the background
+    try:
+        t_all = time.perf_counter()
+        b.build()
+        b.start_link()
+        b.upload()
+        total = args.objects * args.size
+        rate = _size(args.rate)
+        conns = args.connections
+        small = args.small_connections or conns
+        ideal = total / (conns * rate)
+        fb = float(args.first_byte.rstrip("ms")) / 1e3 if args.first_byte.endswith("ms") else float(args.first_byte)
+        print(f"pyplan: {args.objects} objects x {args.size} B = {total / 1e6:.1f} MB under gs://{BUCKET}/{PREFIX}/"
+              f"class-*/, link {args.first_byte} first byte, {args.rate}/s per connection; daemon "
+              f"fetch.connections {conns} (small-object lane {small}); DataLoader {args.workers} workers, "
+              f"batch {args.batch}, RandomSampler seed {args.seed}")
+        print(f"ideal (link-limited, dataset / (connections x rate)): {ideal:.3f} s; with every object's first byte "
+              f"on {conns} + {small} connections: {args.objects * (fb + args.size / rate) / (conns + small):.3f} s")
+        res = {}
+        if args.only in (None, "cold"):
+            for planned in (True, False):
+                tag = f"cold-{'plan' if planned else 'noplan'}"
+                res[tag] = b.run_job(tag, "8GiB", planned, 1)
+            tp, tn = res["cold-plan"][0][0], res["cold-noplan"][0][0]
+            print()
+            print("| cold first epoch | seconds | GCS MB | samples/s | x ideal |")
+            print("|---|---:|---:|---:|---:|")
+            for tag in ("cold-plan", "cold-noplan"):
+                dt, by = res[tag][0]
+                print(f"| {tag} | {dt:.2f} | {by / 1e6:.1f} | {args.objects / dt:,.0f} | {dt / ideal:.2f} |")
+            w = b.run_job("warm", "8GiB", False, 2)[1][0]
+            print(f"| warm (2nd epoch, everything cached, no plan) | {w:.2f} | - | {args.objects / w:,.0f} | "
+                  f"{w / ideal:.2f} |")
+            print(f"target 1: plan <= 1.3x ideal: {tp / ideal:.2f}x -> {'met' if tp <= 1.3 * ideal else 'NOT met'}; "
+                  f"plan >= 2x faster than no plan: {tn / tp:.2f}x -> {'met' if tn >= 2 * tp else 'NOT met'}")
+        if args.only in (None, "half"):
+            half = total // 2
+            for planned in (True, False):
+                tag = f"half-{'plan' if planned else 'lru'}"
+                res[tag] = b.run_job(tag, str(half), planned, args.epochs)
+            print()
+            print(f"| half cache (tiers.disk.max {half} B) | " + " | ".join(
+                f"epoch {e + 1} s | epoch {e + 1} GCS x dataset" for e in range(args.epochs)) + " |")
+            print("|---|" + "---:|---:|" * args.epochs)
+            for tag in ("half-plan", "half-lru"):
+                print(f"| {tag} | " + " | ".join(f"{dt:.2f} | {by / total:.2f}" for dt, by in res[tag]) + " |")
+            later = [by / total for _, by in res["half-plan"][1:]]
+            later_lru = [by / total for _, by in res["half-lru"][1:]]
+            ok = bool(later) and max(later) <= 0.6
+            print(f"target 2: plan epochs 2-{args.epochs} GCS <= 0.6x dataset: "
+                  f"{', '.join(f'{v:.2f}' for v in later)} -> {'met' if ok else 'NOT met'}; "
+                  f"LRU: {', '.join(f'{v:.2f}' for v in later_lru)}")
+        print(f"\ntotal wall {time.perf_counter() - t_all:.1f} s")
+    except KeyboardInterrupt:
+        print("interrupted; cleaning up", file=sys.stderr)
+        sys.exit(130)
+    finally:
+        b.cleanup()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
