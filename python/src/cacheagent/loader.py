@@ -40,35 +40,16 @@ from . import errors
 from .client import _MAX_ERROR_BODY, DEFAULT_SOCKET, Client
 from .errors import ClientClosed, DaemonTimeout, DaemonUnavailable, InternalError, InvalidRequest, SessionEnded
 
+# The protocol's names (also used by scripts/bench/pyloader.py).
+from ._ring import (  # noqa: F401
+    PROTOCOL, MAGIC, _MAX_MESSAGE, T_HELLO, T_RELEASE, T_STATE, T_SEEK, T_WELCOME, T_READY, T_EPOCH_END, T_END,
+    T_STATE_IS, T_ERROR, _HELLO, _RELEASE, _STATE, _SEEK, _WELCOME, _READY, _EPOCH_END, _END, _STATE_IS, _ERROR,
+    _TYPE, _HEADER, _DESC, _DESC_OFF, STATE_READY, CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL,
+    _ring_error,
+)
+from .batch import Batch
+
 __all__ = ["Loader", "Batch"]
-
-PROTOCOL = 1
-MAGIC = 0x31475243  # "CRG1"
-_MAX_MESSAGE = 4096
-
-# Messages (loader/ring/doc.go).
-T_HELLO, T_RELEASE, T_STATE, T_SEEK = 1, 2, 3, 4
-T_WELCOME, T_READY, T_EPOCH_END, T_END, T_STATE_IS, T_ERROR = 101, 102, 103, 104, 105, 106
-_HELLO = struct.Struct("<II32s32s")
-_RELEASE = struct.Struct("<IIQ")
-_STATE = struct.Struct("<I4x")
-_SEEK = struct.Struct("<I4xqq")
-_WELCOME = struct.Struct("<IIQQII")
-_READY = struct.Struct("<IIQqqII")
-_EPOCH_END = struct.Struct("<I4xqq")
-_END = struct.Struct("<I4xqq")
-_STATE_IS = struct.Struct("<I4xqqQ")
-_ERROR = struct.Struct("<II")
-_TYPE = struct.Struct("<I")
-# Slot layout.
-_HEADER = struct.Struct("<IHHQqqIIQ16x")
-_DESC = struct.Struct("<HBx12s8qQQ")
-_DESC_OFF = 64
-STATE_READY = 2
-
-# Data-socket error codes.
-CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL = 1, 2, 3, 4
-
 
 def _default_rank_world() -> Tuple[int, int]:
     """torch.distributed's rank and world size if torch is imported and the
@@ -82,73 +63,6 @@ def _default_rank_world() -> Tuple[int, int]:
         except Exception:  # pragma: no cover - a half-initialised torch
             pass
     return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
-
-
-def _ring_error(code: int, text: str) -> errors.CacheagentError:
-    if code == CODE_REFUSED:
-        return InvalidRequest(f"cacheagent loader: {text}", code="invalid")
-    if code == CODE_LOADER:
-        return InternalError(f"cacheagent loader: {text}", code="loader")
-    if code == CODE_PROTOCOL:
-        return InternalError(f"cacheagent loader: protocol error: {text}", code="protocol")
-    return InternalError(f"cacheagent loader: {text}", code="internal")
-
-
-class Batch:
-    """One batch: ``batch.ids`` (int64 sample ids) and ``batch[name]`` for
-    each array of the dataset, numpy views of the loader's ring.
-
-    The views are valid until the batch is released (see the module's
-    documentation); :meth:`copy` returns a batch that owns its arrays.
-    ``epoch`` and ``index`` place it in the loader's sequence.
-    """
-
-    __slots__ = ("arrays", "epoch", "index", "seq", "slot", "_loader", "_owned", "__weakref__")
-
-    def __init__(self, arrays: Dict[str, Any], epoch: int, index: int, seq: int, slot: int,
-                 loader: Optional["Loader"]) -> None:
-        self.arrays = arrays
-        self.epoch, self.index, self.seq, self.slot = epoch, index, seq, slot
-        self._loader = loader
-        self._owned = loader is None
-
-    @property
-    def ids(self) -> Any:
-        """The samples' ids (numpy int64), as ``cacheagent loader ids`` prints them."""
-        return self.arrays["ids"]
-
-    def __getitem__(self, name: str) -> Any:
-        return self.arrays[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.arrays
-
-    def __len__(self) -> int:
-        return len(self.arrays["ids"])
-
-    def keys(self) -> List[str]:
-        """The arrays' names (``"ids"`` last)."""
-        return list(self.arrays)
-
-    @property
-    def valid(self) -> bool:
-        """Whether the views still show this batch (its slot is held)."""
-        return self._owned or (self._loader is not None and self._loader._holds(self))
-
-    def release(self) -> None:
-        """Give the batch's slot back to the daemon now; the views turn
-        invalid. Idempotent; a copy's release does nothing."""
-        if self._loader is not None:
-            self._loader._release_batch(self)
-
-    def copy(self) -> "Batch":
-        """A batch with the same arrays copied out of the ring: valid for good."""
-        if not self.valid:
-            raise ClientClosed(f"cacheagent: batch {self.epoch}/{self.index} was released; copy it before")
-        return Batch({k: v.copy() for k, v in self.arrays.items()}, self.epoch, self.index, self.seq, self.slot, None)
-
-    def __repr__(self) -> str:
-        return f"<cacheagent.Batch epoch {self.epoch} index {self.index} samples {len(self)} arrays {self.keys()}>"
 
 
 class Loader:

@@ -1,0 +1,50 @@
+"""The loader session's wire protocol and slot layout.
+
+The Go package ``loader/ring`` (``doc.go``) defines them: fixed little-endian
+messages on the data socket, and slots of a 64-byte header and 96-byte array
+descriptors in the ring. These are their Python ``struct`` forms.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from . import errors
+from .errors import InternalError, InvalidRequest
+
+PROTOCOL = 1
+MAGIC = 0x31475243  # "CRG1"
+_MAX_MESSAGE = 4096
+
+# Messages (loader/ring/doc.go).
+T_HELLO, T_RELEASE, T_STATE, T_SEEK = 1, 2, 3, 4
+T_WELCOME, T_READY, T_EPOCH_END, T_END, T_STATE_IS, T_ERROR = 101, 102, 103, 104, 105, 106
+_HELLO = struct.Struct("<II32s32s")
+_RELEASE = struct.Struct("<IIQ")
+_STATE = struct.Struct("<I4x")
+_SEEK = struct.Struct("<I4xqq")
+_WELCOME = struct.Struct("<IIQQII")
+_READY = struct.Struct("<IIQqqII")
+_EPOCH_END = struct.Struct("<I4xqq")
+_END = struct.Struct("<I4xqq")
+_STATE_IS = struct.Struct("<I4xqqQ")
+_ERROR = struct.Struct("<II")
+_TYPE = struct.Struct("<I")
+# Slot layout.
+_HEADER = struct.Struct("<IHHQqqIIQ16x")
+_DESC = struct.Struct("<HBx12s8qQQ")
+_DESC_OFF = 64
+STATE_READY = 2
+
+# Data-socket error codes.
+CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL = 1, 2, 3, 4
+
+
+def _ring_error(code: int, text: str) -> errors.CacheagentError:
+    if code == CODE_REFUSED:
+        return InvalidRequest(f"cacheagent loader: {text}", code="invalid")
+    if code == CODE_LOADER:
+        return InternalError(f"cacheagent loader: {text}", code="loader")
+    if code == CODE_PROTOCOL:
+        return InternalError(f"cacheagent loader: protocol error: {text}", code="protocol")
+    return InternalError(f"cacheagent loader: {text}", code="internal")
