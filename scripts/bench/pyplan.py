@@ -44,6 +44,7 @@ from urllib.parse import quote
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -51,19 +52,10 @@ from torch.utils.data import DataLoader, RandomSampler  # noqa: E402
 
 import cacheagent  # noqa: E402
 from cacheagent.torch import PlannedSampler  # noqa: E402
+from pyloader import _stop  # noqa: E402  (SIGTERM, then SIGKILL after 10 s)
 
 BUCKET = "bench"
 PREFIX = "imgs"
-
-
-def _stop(p: subprocess.Popen) -> None:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def _unmount(path: Path) -> None:

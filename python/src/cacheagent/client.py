@@ -334,27 +334,37 @@ class Client:
 
     def _open_session(self) -> _Session:
         self._check()
-        conn = self._connect(self.timeout)
-        sock = conn.sock
+        conn, resp, ev = self._open_stream("/v1/sessions", b"", "a lease session", self.timeout)
+        sid = ev.get("session")
+        if not sid:
+            conn.close()
+            raise errors.InternalError("cacheagent: lease session: the first event names no session")
+        return _Session(sid, conn, resp, conn.sock, self._forget)
+
+    def _open_stream(self, path: str, body: bytes, what: str,
+                     timeout: float) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse, Dict[str, Any]]:
+        """POST body to a streaming route on a connection of its own and
+        read the stream's first line: the connection, the response (the
+        stream stays open for the caller) and that line as a dict."""
+        conn = self._connect(timeout)
         try:
-            conn.request("POST", "/v1/sessions", body=b"")
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
             if resp.status // 100 != 2:
                 raise errors.from_answer(resp.status, resp.reason, resp.read(_MAX_ERROR_BODY))
-            ev = json.loads(resp.readline(1 << 20) or b"{}")
-            sid = ev.get("session")
-            if not sid:
-                raise errors.InternalError("cacheagent: lease session: the first event names no session")
+            first = json.loads(resp.readline(1 << 20) or b"{}")
+            if not isinstance(first, dict):
+                raise ValueError(f"the first line of {what} is {first!r}")
         except _socket.timeout:
             conn.close()
-            raise DaemonTimeout(f"cacheagent: opening a lease session on {self.socket} timed out") from None
+            raise DaemonTimeout(f"cacheagent: opening {what} on {self.socket} timed out") from None
         except (http.client.HTTPException, OSError, ValueError) as e:
             conn.close()
-            raise DaemonUnavailable(f"cacheagent: opening a lease session on {self.socket}: {e!r}") from None
+            raise DaemonUnavailable(f"cacheagent: opening {what} on {self.socket}: {e!r}") from None
         except BaseException:
             conn.close()
             raise
-        return _Session(sid, conn, resp, sock, self._forget)
+        return conn, resp, first
 
     def _forget(self, s: _Session) -> None:
         with self._lock:

@@ -37,7 +37,7 @@ import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from . import errors
-from .client import _MAX_ERROR_BODY, DEFAULT_SOCKET, Client
+from .client import DEFAULT_SOCKET, Client
 from .errors import ClientClosed, DaemonTimeout, DaemonUnavailable, InternalError, InvalidRequest, SessionEnded
 
 # The protocol's names (also used by scripts/bench/pyloader.py).
@@ -171,26 +171,11 @@ class Loader:
             req["resume"] = {"epoch": int(resume["epoch"]), "batch": int(resume["batch"]),
                              "fingerprint": int(resume.get("fingerprint", 0))}
             req["epoch"] = int(resume["epoch"])  # the session runs from the resumed epoch
-        c = self._client
-        conn = c._connect(self.timeout)  # the daemon lists the dataset and reads its headers first
-        try:
-            body = json.dumps(req).encode()
-            conn.request("POST", "/v1/loaders", body=body, headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            if resp.status // 100 != 2:
-                raise errors.from_answer(resp.status, resp.reason, resp.read(_MAX_ERROR_BODY))
-            info = json.loads(resp.readline(1 << 20) or b"{}")
-            if "session" not in info:
-                raise InternalError(f"cacheagent loader: the session's first line is {info!r}")
-        except _socket.timeout:
+        c = self._client  # the daemon lists the dataset and reads its headers before the first line
+        conn, resp, info = c._open_stream("/v1/loaders", json.dumps(req).encode(), "a loader session", self.timeout)
+        if "session" not in info:
             conn.close()
-            raise DaemonTimeout(f"cacheagent: opening a loader session on {c.socket} timed out") from None
-        except (http.client.HTTPException, OSError, ValueError) as e:
-            conn.close()
-            raise DaemonUnavailable(f"cacheagent: opening a loader session on {c.socket}: {e!r}") from None
-        except BaseException:
-            conn.close()
-            raise
+            raise InternalError(f"cacheagent loader: the session's first line is {info!r}")
         self._conn, self._resp = conn, resp
         if info.get("protocol") != PROTOCOL:
             raise InternalError(f"cacheagent loader: the daemon speaks protocol {info.get('protocol')}, not {PROTOCOL}")
