@@ -4,8 +4,10 @@
 package testenv
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -45,4 +47,20 @@ func RunPython(t testing.TB, script string, args ...string) {
 	if out, err := exec.Command(Python, append([]string{script}, args...)...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", script, err, out)
 	}
+}
+
+// Expectations decodes dir/expect.json, the list of what a fixture script
+// wrote (as the real tool reads it back), and fails the test if it cannot,
+// or if the list is empty.
+func Expectations[T any](t testing.TB, dir string) []T {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, "expect.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var es []T
+	if err := json.Unmarshal(raw, &es); err != nil || len(es) == 0 {
+		t.Fatalf("%s/expect.json: %d entries, %v", dir, len(es), err)
+	}
+	return es
 }

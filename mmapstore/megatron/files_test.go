@@ -1,7 +1,6 @@
 package megatron
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,17 +90,7 @@ func values(a array.Array) ([]float64, error) {
 
 // checkDir checks every dataset of dir/expect.json.
 func checkDir(t *testing.T, dir string) {
-	raw, err := os.ReadFile(filepath.Join(dir, "expect.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var es []expectation
-	if err := json.Unmarshal(raw, &es); err != nil {
-		t.Fatal(err)
-	}
-	if len(es) == 0 {
-		t.Fatal("expect.json lists no datasets")
-	}
+	es := testenv.Expectations[expectation](t, dir)
 	for _, e := range es {
 		t.Run(e.Name, func(t *testing.T) {
 			idx := readFile(t, filepath.Join(dir, e.Name+".idx"))

@@ -2,7 +2,6 @@ package tokens
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"math"
 	"os"
@@ -62,14 +61,7 @@ func values(t *testing.T, a array.Array) []uint64 {
 }
 
 func checkDir(t *testing.T, dir string) {
-	raw, err := os.ReadFile(filepath.Join(dir, "expect.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var es []expectation
-	if err := json.Unmarshal(raw, &es); err != nil || len(es) == 0 {
-		t.Fatalf("expect.json: %d files, %v", len(es), err)
-	}
+	es := testenv.Expectations[expectation](t, dir)
 	for _, e := range es {
 		t.Run(e.File, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(dir, e.File))

@@ -3,7 +3,6 @@ package webdataset
 import (
 	"archive/tar"
 	"bytes"
-	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,14 +26,7 @@ type expectation struct {
 }
 
 func checkDir(t *testing.T, dir string) {
-	raw, err := os.ReadFile(filepath.Join(dir, "expect.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var es []expectation
-	if err := json.Unmarshal(raw, &es); err != nil || len(es) == 0 {
-		t.Fatalf("expect.json: %d shards, %v", len(es), err)
-	}
+	es := testenv.Expectations[expectation](t, dir)
 	for _, e := range es {
 		t.Run(e.File, func(t *testing.T) {
 			b, err := os.ReadFile(filepath.Join(dir, e.File))
