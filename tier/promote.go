@@ -134,6 +134,9 @@ func (c *Cache) promoteOne(ctx context.Context, e *entry) (bool, error) {
 	h, err := c.copyToHot(ctx, e)
 	if err != nil {
 		c.unreserveHot(need)
+		if errors.Is(err, errLeft) {
+			return false, nil
+		}
 		if errors.Is(err, syscall.ENOSPC) {
 			c.countSkip()
 			err = fmt.Errorf("%w: shm filesystem full: %w", ErrNoSpace, err)
@@ -150,6 +153,10 @@ func (c *Cache) promoteOne(ctx context.Context, e *entry) (bool, error) {
 	}
 	return true, nil
 }
+
+// errLeft is copyToHot's answer when its entry left the cache before the
+// copy could open the base file: not a failure, nothing to promote.
+var errLeft = errors.New("tier: entry left the cache")
 
 // countSkip counts a promotion skipped for want of space.
 func (c *Cache) countSkip() {
@@ -170,8 +177,8 @@ func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 		}
 	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errChanged) {
-			c.dropDamaged(e)
+		if (errors.Is(err, fs.ErrNotExist) || errors.Is(err, errChanged)) && !c.dropDamaged(e) {
+			return nil, errLeft // evicted or replaced since promoteOne looked
 		}
 		return nil, fmt.Errorf("tier: promote %s: %w", a.Object, err)
 	}
