@@ -18,8 +18,11 @@ type dispatcher struct {
 	seq    int64    // the next seq to claim
 	closes []*group // shards closed while filling the current slot
 	serial uint64   // batches filled
-	// The announced plan: shards in plan order from seq planBase.
+	// The announced plan: shards in plan order from seq planBase, the
+	// objects of seq planBase+i (openObjects) from position planPos[i] on.
 	planBase int64
+	planPos  []int
+	planLen  int
 	// reported is when Stats were last reported to a StatsReporter.
 	reported time.Time
 }
@@ -217,7 +220,10 @@ func (d *dispatcher) open(ctx context.Context, index int) error {
 	}
 	d.cur[index] = g
 	if p := d.l.cfg.Planner; p != nil {
-		pos := int(d.seq-d.planBase) * len(d.l.ds.Names)
+		pos := d.planLen
+		if i := int(d.seq - d.planBase); i < len(d.planPos) {
+			pos = d.planPos[i]
+		}
 		if err := p.AdvancePlan(ctx, d.l.planID, pos); err != nil && ctx.Err() == nil {
 			d.l.planError(err)
 		}
@@ -253,7 +259,9 @@ func (d *dispatcher) applyCloses() {
 
 // announce tells the Planner the objects of the plan from the start of
 // the current epoch (or resume point) on: this epoch and the next, shard
-// by shard.
+// by shard, each shard's objects as its opening acquires them
+// (openObjects: a token shard's are followed by those its windows spill
+// into).
 func (d *dispatcher) announce(ctx context.Context) {
 	p := d.l.cfg.Planner
 	if p == nil {
@@ -264,10 +272,13 @@ func (d *dispatcher) announce(ctx context.Context) {
 	shards := append([]int(nil), t.plan[d.seq-t.base:]...)
 	t.mu.Unlock()
 	d.planBase = d.seq
+	d.planPos = d.planPos[:0]
 	objs := make([]fetch.Object, 0, len(shards)*len(d.l.ds.Names))
 	for _, g := range shards {
-		objs = append(objs, d.l.ds.Groups[g].Objects...)
+		d.planPos = append(d.planPos, len(objs))
+		objs = append(objs, d.l.openObjects(g)...)
 	}
+	d.planLen = len(objs)
 	if err := p.Plan(ctx, d.l.planID, objs); err != nil && ctx.Err() == nil {
 		d.l.planError(err)
 	}

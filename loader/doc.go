@@ -88,7 +88,10 @@
 // epoch's shard order, and the next epoch's, and reports its progress, so
 // the cache prefetches ahead of it and evicts what is needed last; with a
 // Stager (tier.Cache.Stager in-process), each shard is fetched and promoted to shm just
-// before it is opened. Both are advice: their errors are counted in Stats.
+// before it is opened. A token shard's opening also reads the shards its
+// last windows run into: both the plan and the staging include them, right
+// after the shard's own objects. Both are advice: their errors are counted
+// in Stats.
 //
 // # Stalls
 //

@@ -204,11 +204,12 @@ func (l *Loader) unref(g *group) {
 	l.release(dead)
 }
 
-// open stages and acquires g's objects, checks their arrays, and marks g
-// ready (with an error if any of that failed).
+// open stages and acquires g's objects (with a token dataset's, those of
+// the shards its windows spill into: openObjects), checks their arrays,
+// and marks g ready (with an error if any of that failed).
 func (l *Loader) open(ctx context.Context, g *group) {
 	defer close(g.ready)
-	objs := l.ds.Groups[g.index].Objects
+	objs := l.openObjects(g.index)
 	start := time.Now()
 	if st := l.cfg.Stager; st != nil {
 		if err := st.Fetch(ctx, objs); err != nil {

@@ -49,8 +49,9 @@ var _ Lease = mmapstore.Lease{}
 // reader and evicts what is needed last. A Loader announces, at the start
 // of each epoch, the objects it will acquire (the rest of the epoch and the
 // whole next one, shard by shard, each shard's arrays in Dataset.Names
-// order), reports its progress through them, and drops the plan when it is
-// closed. Plans are advice: the Loader counts a Planner's errors in Stats
+// order, a token shard's followed by those of the shards its last windows
+// run into), reports its progress through them, and drops the plan when it
+// is closed. Plans are advice: the Loader counts a Planner's errors in Stats
 // and carries on. Implementations must be safe for concurrent use.
 type Planner interface {
 	// Plan announces that objs will be acquired in this order, replacing
@@ -80,8 +81,9 @@ const ReportInterval = time.Second
 // Stager is a cache that can make objects local ahead of Acquire in two
 // steps, which the Loader times separately to tell a stall waiting for the
 // network from one waiting for a copy into memory. The Loader stages each
-// shard just before it needs it (Config.Lookahead shards ahead), so Promote
-// is also how a shard reaches the fast tier just before use.
+// shard just before it needs it (Config.Lookahead shards ahead), with a
+// token shard the shards its last windows run into, so Promote is also how
+// a shard reaches the fast tier just before use.
 // Implementations must be safe for concurrent use.
 type Stager interface {
 	// Fetch returns once every object is in the cache (on disk),

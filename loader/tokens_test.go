@@ -85,7 +85,13 @@ type tokenBatch struct {
 // drainTokens reads every batch of a Loader of cfg over e.
 func drainTokens(t *testing.T, e *dirEnv, cfg Config) []tokenBatch {
 	t.Helper()
-	l, err := New(FromStore(e.store), cfg)
+	return drainTokensFrom(t, FromStore(e.store), cfg)
+}
+
+// drainTokensFrom reads every batch of a Loader of cfg over src.
+func drainTokensFrom(t *testing.T, src Source, cfg Config) []tokenBatch {
+	t.Helper()
+	l, err := New(src, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -213,17 +219,29 @@ func TestTokenWindowsPython(t *testing.T) {
 func TestTokenWindowsGo(t *testing.T) {
 	const L = 8
 	e := newDirEnv(t)
+	ds, want := putTokenFiles(t, e.dir, []int{3, 20, 1, 2, 9, 17}, L)
+	cfg := Config{Dataset: ds, BatchSize: 2, Shuffle: sampler.Global, Seed: 3, World: 2, Rank: 1, Epochs: 3}
+	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+	cfg.Shuffle, cfg.Window = sampler.ShardWindow, 1
+	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+}
+
+// putTokenFiles writes raw uint16 files tok/part-a.bin, part-b.bin… of
+// the given token counts into d and returns their dataset with windows of
+// L, and its windows.
+func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset, [][]uint16) {
+	t.Helper()
 	var stream []uint16
-	for i, n := range []int{3, 20, 1, 2, 9, 17} {
+	for i, n := range sizes {
 		b := make([]byte, 2*n)
 		for k := range n {
 			v := uint16(len(stream) + 1000*i)
 			stream = append(stream, v)
 			binary.LittleEndian.PutUint16(b[2*k:], v)
 		}
-		e.dir.Put(t, testBucket, "tok/part-"+string(rune('a'+i))+".bin", b)
+		d.Put(t, testBucket, "tok/part-"+string(rune('a'+i))+".bin", b)
 	}
-	ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "tok/", "part-*.bin",
+	ds, err := FromPatternWith(context.Background(), d.Src, testBucket, "tok/", "part-*.bin",
 		Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L})
 	if err != nil {
 		t.Fatal(err)
@@ -235,10 +253,7 @@ func TestTokenWindowsGo(t *testing.T) {
 	if _, n := ds.Rows(); n != NumWindows(int64(len(stream)), L) || n != int64(len(want)) {
 		t.Fatalf("%d windows; want %d", n, len(want))
 	}
-	cfg := Config{Dataset: ds, BatchSize: 2, Shuffle: sampler.Global, Seed: 3, World: 2, Rank: 1, Epochs: 3}
-	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
-	cfg.Shuffle, cfg.Window = sampler.ShardWindow, 1
-	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+	return ds, want
 }
 
 // TestTokenErrors checks that malformed token datasets are errors naming

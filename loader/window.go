@@ -48,14 +48,45 @@ func (l *Loader) tokenEnd(gi int) int64 {
 	return (first+int64(l.rows[gi])-1)*L + L + 1
 }
 
+// spillEnd returns the end (exclusive) of the shards an opening of shard
+// gi reads: gi itself and, for a token dataset, the shards its last
+// windows run into (up to L tokens past its end).
+func (l *Loader) spillEnd(gi int) int {
+	g := gi + 1
+	if !l.ds.Format.tokens() {
+		return g
+	}
+	end := l.tokenEnd(gi)
+	for g < len(l.ds.Groups) && l.tokStart[g] < end {
+		g++
+	}
+	return g
+}
+
+// openObjects returns the objects an opening of shard gi acquires, in
+// order: the shard's own (in Dataset.Names order), then those of the
+// shards its windows spill into. The plan announces them in this order
+// and the Stager stages them all before the opening acquires any, so a
+// window's second part is never a cold miss.
+func (l *Loader) openObjects(gi int) []fetch.Object {
+	end := l.spillEnd(gi)
+	if end == gi+1 {
+		return l.ds.Groups[gi].Objects
+	}
+	var objs []fetch.Object
+	for g := gi; g < end; g++ {
+		objs = append(objs, l.ds.Groups[g].Objects...)
+	}
+	return objs
+}
+
 // acquireTokens leases shard gi's objects and those of the shards its
 // last windows run into, checks them against the dataset and returns the
 // segments of the stream they hold. On error it releases what it acquired.
 func (l *Loader) acquireTokens(ctx context.Context, gi int) ([]Lease, []segment, error) {
-	end := l.tokenEnd(gi)
 	var leases []Lease
 	var segs []segment
-	for g := gi; g < len(l.ds.Groups) && (g == gi || l.tokStart[g] < end); g++ {
+	for g, end := gi, l.spillEnd(gi); g < end; g++ {
 		objs := l.ds.Groups[g].Objects
 		bytes := make([][]byte, len(objs))
 		for j, o := range objs {
