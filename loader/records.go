@@ -178,8 +178,8 @@ func (l *Loader) acquireRecords(ctx context.Context, gi int) (Lease, []byte, *we
 	}
 	if x.ObjectSize() != int64(len(b)) || x.NumSamples() != sh.Rows {
 		ls.Release()
-		return nil, nil, nil, fmt.Errorf("%w: shard %d (%s) is %d bytes with %d samples; the dataset says %d bytes, %d samples",
-			ErrDataset, gi, o, len(b), x.NumSamples(), x.ObjectSize(), sh.Rows)
+		return nil, nil, nil, fmt.Errorf("%w: shard %d (%s) is %d bytes; its index describes %d bytes with %d samples, the dataset %d samples",
+			ErrDataset, gi, o, len(b), x.ObjectSize(), x.NumSamples(), sh.Rows)
 	}
 	populate(ls, b)
 	return ls, b, x, nil

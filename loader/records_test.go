@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -114,19 +113,4 @@ type countingIndex struct {
 func (c *countingIndex) Store(o fetch.Object, b []byte) error {
 	c.stored.Add(1)
 	return c.IndexCache.Store(o, b)
-}
-
-// TestRecordsErrors checks that a corrupt saved index is rebuilt and that
-// a malformed tar is an error naming the object.
-func TestRecordsErrors(t *testing.T) {
-	e := newDirEnv(t)
-	bad := make([]byte, 1024)
-	copy(bad, "x.txt")
-	copy(bad[124:], "00000000010\x00") // size 8, checksum left zero
-	e.dir.Put(t, testBucket, "bad/a.tar", bad)
-	_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "bad/", "*.tar",
-		Options{Format: FormatWebDataset, Records: FromStore(e.store)})
-	if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), "bad/a.tar") {
-		t.Fatalf("bad tar: %v; want ErrDataset naming bad/a.tar", err)
-	}
 }

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/internal/cachetest"
@@ -254,54 +252,4 @@ func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset,
 		t.Fatalf("%d windows; want %d", n, len(want))
 	}
 	return ds, want
-}
-
-// TestTokenErrors checks that malformed token datasets are errors naming
-// the object.
-func TestTokenErrors(t *testing.T) {
-	e := newDirEnv(t)
-	e.dir.Put(t, testBucket, "odd/a.bin", []byte{1, 2, 3})
-	hdr := make([]byte, 1024+4)
-	binary.LittleEndian.PutUint32(hdr, 20240520)
-	binary.LittleEndian.PutUint32(hdr[4:], 1)
-	binary.LittleEndian.PutUint32(hdr[8:], 5) // 5 tokens, 2 follow
-	e.dir.Put(t, testBucket, "short/a.bin", hdr)
-	idx := megatronIndex([]int32{4}, []int64{0})
-	e.dir.Put(t, testBucket, "mt/a.idx", idx)
-	e.dir.Put(t, testBucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
-	for _, tc := range []struct{ prefix, pattern, obj string }{
-		{"odd/", "*.bin", "odd/a.bin"},
-		{"short/", "*.bin", "short/a.bin"},
-		{"mt/", "*.{bin,idx}", "mt/a.idx"},
-	} {
-		f := FormatTokens
-		if tc.prefix == "mt/" {
-			f = FormatMegatron
-		}
-		_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.prefix, tc.pattern,
-			Options{Format: f, TokenDType: array.Uint16, SeqLen: 4})
-		if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), tc.obj) {
-			t.Errorf("%s: %v; want ErrDataset naming %s", tc.prefix, err, tc.obj)
-		}
-	}
-}
-
-// megatronIndex encodes a uint16 Megatron index of one document per
-// sequence.
-func megatronIndex(lengths []int32, pointers []int64) []byte {
-	b := []byte("MMIDIDX\x00\x00")
-	b = binary.LittleEndian.AppendUint64(b, 1)
-	b = append(b, 8)
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)))
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)+1))
-	for _, n := range lengths {
-		b = binary.LittleEndian.AppendUint32(b, uint32(n))
-	}
-	for _, p := range pointers {
-		b = binary.LittleEndian.AppendUint64(b, uint64(p))
-	}
-	for i := range len(lengths) + 1 {
-		b = binary.LittleEndian.AppendUint64(b, uint64(i))
-	}
-	return b
 }

@@ -1,0 +1,127 @@
+package loader
+
+import (
+	"context"
+	"errors"
+	"path"
+	"strings"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// emuBucket is the emulator's bucket (GCS names have 3 to 222 characters).
+const emuBucket = "bkt"
+
+// TestMalformedShards reads malformed token and record shards from the
+// GCS emulator through a real cache: building the dataset from them, and
+// opening them in a Loader whose dataset was built from good versions of
+// the same shards (the checks the Loader makes again when it maps a shard;
+// for WebDataset both with the saved index of the good tar and indexing the
+// tar itself). Each is an ErrDataset error naming the bad object, never a
+// panic or a batch.
+func TestMalformedShards(t *testing.T) {
+	ctx := context.Background()
+	emu := cachetest.Emulator(t, emulator.Options{})
+	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	c := cachetest.Cache(t, src, cachetest.NewDownloader(t, src), tier.Config{})
+	store := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
+	cachetest.CloseAtEnd(t, "Store", store, mmapstore.ErrClosed)
+	put := func(t *testing.T, prefix string, files map[string][]byte) map[string]fetch.Object {
+		objs := make(map[string]fetch.Object)
+		for n, b := range files {
+			gen, err := emu.Put(emuBucket, prefix+n, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs[n] = fetch.Object{Bucket: emuBucket, Name: prefix + n, Generation: gen}
+		}
+		return objs
+	}
+	for _, m := range cachetest.MalformedDatasets(t) {
+		t.Run(m.Name, func(t *testing.T) {
+			opt := malformedOptions(t, m, FromStore(store))
+			_ = put(t, "build-"+m.Name+"/", m.Files())
+			_, err := FromPatternWith(ctx, src, emuBucket, "build-"+m.Name+"/", m.Pattern, opt)
+			checkNamesObject(t, "FromPatternWith", err, "gs://"+emuBucket+"/build-"+m.Name+"/"+m.Object)
+
+			put(t, "good-"+m.Name+"/", m.Good)
+			bad := put(t, "bad-"+m.Name+"/", m.Bad)
+			ds, err := FromPatternWith(ctx, src, emuBucket, "good-"+m.Name+"/", m.Pattern, opt)
+			if err != nil {
+				t.Fatalf("the good version: %v", err)
+			}
+			sh := &ds.Groups[0]
+			for j, o := range sh.Objects {
+				if b, ok := bad[path.Base(o.Name)]; ok {
+					sh.Objects[j] = b
+				}
+			}
+			indexes := []*webdataset.Shard{nil} // the Loader indexes the tar
+			if x := sh.Index; x != nil && int64(len(m.Bad[m.Object])) != x.ObjectSize() {
+				indexes = append(indexes, x) // the good tar's, of another size
+			}
+			for _, x := range indexes {
+				sh.Index = x
+				err := firstBatchError(t, store, ds)
+				checkNamesObject(t, "Next", err, "gs://"+emuBucket+"/bad-"+m.Name+"/"+m.Object)
+			}
+		})
+	}
+	if n := store.Stats().Leases; n != 0 {
+		t.Errorf("%d leases outstanding after every Loader closed", n)
+	}
+}
+
+// malformedOptions returns the loader options of m's flags.
+func malformedOptions(t *testing.T, m cachetest.Malformed, records Source) Options {
+	t.Helper()
+	f, err := ParseFormat(m.Format)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Format: f, SeqLen: m.SeqLen, Records: records}
+	if m.TokenDType != "" {
+		if opt.TokenDType, err = ParseDType(m.TokenDType); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return opt
+}
+
+// firstBatchError runs a Loader of ds and returns what its first Next
+// returned, failing the test if that is a batch.
+func firstBatchError(t *testing.T, store *mmapstore.Store, ds Dataset) error {
+	t.Helper()
+	l, err := New(FromStore(store), Config{Dataset: ds, BatchSize: 1})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	b, err := l.Next(context.Background())
+	if err == nil {
+		b.Release()
+		t.Fatalf("Next returned batch %v of a malformed shard", b.IDs)
+	}
+	return err
+}
+
+// checkNamesObject checks that err is an ErrDataset naming obj (with or
+// without its generation).
+func checkNamesObject(t *testing.T, what string, err error, obj string) {
+	t.Helper()
+	if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), obj) {
+		t.Errorf("%s: %v; want ErrDataset naming %s", what, err, obj)
+		return
+	}
+	t.Logf("%s: %v", what, err)
+}
