@@ -11,10 +11,8 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 )
-
-// python is Debian's interpreter, whose numpy comes from python3-numpy.
-const python = "/usr/bin/python3"
 
 // checkDump is run by numpy: it rebuilds the windows from the raw files
 // and compares them, and the ids, with what `loader dump` wrote.
@@ -37,12 +35,7 @@ print("ok")
 // TestLoaderDumpTokens dumps the first batches of a raw token dataset and
 // has numpy check them against the files and `loader ids`.
 func TestLoaderDumpTokens(t *testing.T) {
-	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s with numpy is required in CI: %v", python, err)
-		}
-		t.Skipf("%s with numpy not available: %v", python, err)
-	}
+	testenv.NeedPython(t, "numpy")
 	raw := t.TempDir()
 	var objs []fakestorage.Object
 	next := uint16(0)
@@ -71,7 +64,7 @@ func TestLoaderDumpTokens(t *testing.T) {
 	if _, err := runCmd(t, opts, newLoaderCmd(opts), append([]string{"dump", "--batches", "2", "--out", out}, args...)...); err != nil {
 		t.Fatalf("loader dump: %v", err)
 	}
-	res, err := exec.Command(python, "-c", checkDump, raw, out, "8", ids).CombinedOutput()
+	res, err := exec.Command(testenv.Python, "-c", checkDump, raw, out, "8", ids).CombinedOutput()
 	if err != nil || !strings.Contains(string(res), "ok") {
 		t.Fatalf("numpy check: %v\n%s", err, res)
 	}
