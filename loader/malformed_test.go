@@ -1,6 +1,7 @@
 package loader
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path"
@@ -11,6 +12,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/mmapstore/megatron"
 	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -27,12 +29,7 @@ const emuBucket = "bkt"
 // panic or a batch.
 func TestMalformedShards(t *testing.T) {
 	ctx := context.Background()
-	emu := cachetest.Emulator(t, emulator.Options{})
-	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
+	emu, src := emulatorSource(t)
 	c := cachetest.Cache(t, src, cachetest.NewDownloader(t, src), tier.Config{})
 	store := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
 	cachetest.CloseAtEnd(t, "Store", store, mmapstore.ErrClosed)
@@ -82,6 +79,19 @@ func TestMalformedShards(t *testing.T) {
 	}
 }
 
+// emulatorSource starts an empty emulator and returns it with a GCS
+// source over it, both closed when the test ends.
+func emulatorSource(t *testing.T) (*emulator.Server, *fetch.GCS) {
+	t.Helper()
+	emu := cachetest.Emulator(t, emulator.Options{})
+	src, err := fetch.NewGCS(context.Background(), fetch.GCSConfig{Endpoint: emu.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	return emu, src
+}
+
 // malformedOptions returns the loader options of m's flags.
 func malformedOptions(t *testing.T, m cachetest.Malformed, records Source) Options {
 	t.Helper()
@@ -124,4 +134,33 @@ func checkNamesObject(t *testing.T, what string, err error, obj string) {
 		return
 	}
 	t.Logf("%s: %v", what, err)
+}
+
+// TestMegatronIndexSizeFirst checks that building a Megatron dataset reads
+// an .idx whole only once its header's counts fit its size: a foreign
+// .idx, or one whose counts do not fit, costs a header read (of the
+// emulator's bytes served), not its size in memory.
+func TestMegatronIndexSizeFirst(t *testing.T) {
+	ctx := context.Background()
+	emu, src := emulatorSource(t)
+	const big = 8 << 20
+	header := cachetest.MegatronIndex([]int32{6, 4}, []int64{0, 12})[:megatron.HeaderSize]
+	for name, idx := range map[string][]byte{
+		"counts":  append(bytes.Clone(header), make([]byte, big)...),
+		"foreign": emulator.Pattern(1, big),
+	} {
+		t.Run(name, func(t *testing.T) {
+			for n, b := range map[string][]byte{"a.bin": make([]byte, 20), "a.idx": idx} {
+				if _, err := emu.Put(emuBucket, name+"/"+n, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := emu.BytesServed()
+			_, err := FromPatternWith(ctx, src, emuBucket, name+"/", "*.{bin,idx}", Options{Format: FormatMegatron, SeqLen: 4})
+			checkNamesObject(t, "FromPatternWith", err, "gs://"+emuBucket+"/"+name+"/a.idx")
+			if n := emu.BytesServed() - before; n >= big {
+				t.Errorf("%d bytes read; want the header only", n)
+			}
+		})
+	}
 }

@@ -209,9 +209,16 @@ func llmcHeader(b []byte, size int64) (dt array.DType, n int64, ok bool, err err
 	return dt, n, true, nil
 }
 
-// megatronHeader reads a Megatron shard's .idx whole and checks it
-// against the .bin's size.
+// megatronHeader reads a Megatron shard's .idx whole, once its header
+// says the arrays fill its size, and checks it against the .bin's size.
 func megatronHeader(ctx context.Context, src fetch.Source, bin, idx fetch.Attrs) (array.DType, int64, error) {
+	h, err := readPrefix(ctx, src, idx, megatron.HeaderSize)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := megatron.CheckSize(h, idx.Size); err != nil {
+		return 0, 0, fmt.Errorf("%w: %s: %w", ErrDataset, idx.Object, err)
+	}
 	b, err := readPrefix(ctx, src, idx, idx.Size)
 	if err != nil {
 		return 0, 0, err

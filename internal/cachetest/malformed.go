@@ -43,7 +43,7 @@ func (m Malformed) Files() map[string][]byte {
 func MalformedDatasets(t testing.TB) []Malformed {
 	t.Helper()
 	bin := tokenBytes(10)
-	idx := megatronIdx([]int32{6, 4}, []int64{0, 12})
+	idx := MegatronIndex([]int32{6, 4}, []int64{0, 12})
 	withCounts := func(s, d uint64) []byte {
 		b := bytes.Clone(idx)
 		binary.LittleEndian.PutUint64(b[18:], s)
@@ -69,7 +69,7 @@ func MalformedDatasets(t testing.TB) []Malformed {
 	}
 	return []Malformed{
 		mt("megatron-truncated-bin", map[string][]byte{"a.bin": bin[:12]}, "a.bin"),
-		mt("megatron-pointer-past-end", map[string][]byte{"a.idx": megatronIdx([]int32{6, 4}, []int64{0, 1 << 20})}, "a.idx"),
+		mt("megatron-pointer-past-end", map[string][]byte{"a.idx": MegatronIndex([]int32{6, 4}, []int64{0, 1 << 20})}, "a.idx"),
 		mt("megatron-huge-sequence-count", map[string][]byte{"a.idx": withCounts(1<<60, 3)}, "a.idx"),
 		mt("megatron-huge-document-count", map[string][]byte{"a.idx": withCounts(2, 1<<61)}, "a.idx"),
 		tok("llmc-count-past-end", llmc, append(llmcHeader(1000), raw...)),
@@ -97,9 +97,9 @@ func llmcHeader(n int32) []byte {
 	return h
 }
 
-// megatronIdx encodes a uint16 Megatron index of one document per
+// MegatronIndex encodes a uint16 Megatron index of one document per
 // sequence, as Megatron's builder lays it out.
-func megatronIdx(lengths []int32, pointers []int64) []byte {
+func MegatronIndex(lengths []int32, pointers []int64) []byte {
 	b := []byte("MMIDIDX\x00\x00")
 	b = binary.LittleEndian.AppendUint64(b, 1)
 	b = append(b, 8)

@@ -29,6 +29,11 @@ func FuzzParseIndex(f *testing.F) {
 	f.Add(goodIdx().bytes(), int64(3))
 	f.Fuzz(func(t *testing.T, idx []byte, binSize int64) {
 		x, err := ParseIndex(idx)
+		if cerr := CheckSize(idx[:min(len(idx), HeaderSize)], int64(len(idx))); cerr != nil && err == nil {
+			t.Fatalf("CheckSize: %v; ParseIndex accepts the index", cerr)
+		} else if cerr != nil && !errors.Is(err, errors.Unwrap(cerr)) {
+			t.Fatalf("CheckSize: %v; ParseIndex: %v", cerr, err)
+		}
 		if err != nil {
 			for _, s := range []error{ErrNotIndex, ErrVersion, ErrDType, ErrTruncated, ErrSize, ErrDocuments, ErrSequence} {
 				if errors.Is(err, s) {

@@ -30,7 +30,8 @@
 // # Validation
 //
 // ParseIndex checks the header, that the counts fit the file exactly (an
-// absurd count is an error, never a large allocation), that no length is
+// absurd count is an error, never a large allocation; CheckSize makes this
+// check from the header and the file's size alone), that no length is
 // negative, and that the document index starts at 0, never decreases and
 // ends at S. The pointers can only be checked against the .bin file:
 // Validate does that, and must succeed before sequences are read from it.
@@ -125,33 +126,14 @@ type Index struct {
 // the package documentation for what it checks, and call Validate with the
 // size of the .bin file before reading sequences.
 func ParseIndex(idx []byte) (*Index, error) {
-	n := min(len(idx), len(Magic))
-	if !bytes.Equal(idx[:n], []byte(Magic)[:n]) {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrNotIndex, idx[:n])
+	dt, err := parseHeader(idx)
+	if err != nil {
+		return nil, err
 	}
-	if len(idx) < HeaderSize {
-		return nil, fmt.Errorf("%w: %d bytes, the header needs %d", ErrTruncated, len(idx), HeaderSize)
+	s, d, modes, err := fitCounts(idx, uint64(len(idx)-HeaderSize))
+	if err != nil {
+		return nil, err
 	}
-	le := binary.LittleEndian
-	if v := le.Uint64(idx[9:]); v != 1 {
-		return nil, fmt.Errorf("%w %d", ErrVersion, v)
-	}
-	dt, ok := DTypeOf(idx[17])
-	if !ok {
-		return nil, fmt.Errorf("%w %d", ErrDType, idx[17])
-	}
-	s, d := le.Uint64(idx[18:]), le.Uint64(idx[26:])
-	rest := uint64(len(idx) - HeaderSize)
-	if s > rest/12 {
-		return nil, fmt.Errorf("%w: %d sequences need 12 bytes each, the index has %d after its header",
-			ErrSize, s, rest)
-	}
-	rest -= 12 * s
-	if d > rest/8 {
-		return nil, fmt.Errorf("%w: %d sequences and %d document index entries need more than the %d bytes after the header",
-			ErrSize, s, d, uint64(len(idx)-HeaderSize))
-	}
-	rest -= 8 * d
 	x := &Index{
 		DType:    dt,
 		ItemSize: dt.Size(),
@@ -163,13 +145,8 @@ func ParseIndex(idx []byte) (*Index, error) {
 		docs:     HeaderSize + 12*int(s),
 		modes:    -1,
 	}
-	switch rest {
-	case 0:
-	case s:
+	if modes {
 		x.modes = x.docs + 8*int(d)
-	default:
-		return nil, fmt.Errorf("%w: %d bytes after the document index, want 0 or %d (one mode per sequence)",
-			ErrSize, rest, s)
 	}
 	if err := x.checkLengths(); err != nil {
 		return nil, err
@@ -178,6 +155,67 @@ func ParseIndex(idx []byte) (*Index, error) {
 		return nil, err
 	}
 	return x, nil
+}
+
+// CheckSize checks an index of size bytes from its first bytes (at least
+// HeaderSize of them): the header, and that the arrays its counts imply
+// fill the size exactly, as ParseIndex does, without the rest. A reader
+// that must fetch an index whole to parse it calls CheckSize first, so an
+// absurd count or a foreign .idx costs a header read, never its size in
+// memory.
+func CheckSize(header []byte, size int64) error {
+	if _, err := parseHeader(header); err != nil {
+		return err
+	}
+	if size < HeaderSize {
+		return fmt.Errorf("%w: %d bytes, the header needs %d", ErrTruncated, size, HeaderSize)
+	}
+	_, _, _, err := fitCounts(header, uint64(size-HeaderSize))
+	return err
+}
+
+// parseHeader checks the fixed header of idx (magic, version, dtype) and
+// returns the tokens' type.
+func parseHeader(idx []byte) (array.DType, error) {
+	n := min(len(idx), len(Magic))
+	if !bytes.Equal(idx[:n], []byte(Magic)[:n]) {
+		return 0, fmt.Errorf("%w: bad magic %q", ErrNotIndex, idx[:n])
+	}
+	if len(idx) < HeaderSize {
+		return 0, fmt.Errorf("%w: %d bytes, the header needs %d", ErrTruncated, len(idx), HeaderSize)
+	}
+	if v := binary.LittleEndian.Uint64(idx[9:]); v != 1 {
+		return 0, fmt.Errorf("%w %d", ErrVersion, v)
+	}
+	dt, ok := DTypeOf(idx[17])
+	if !ok {
+		return 0, fmt.Errorf("%w %d", ErrDType, idx[17])
+	}
+	return dt, nil
+}
+
+// fitCounts returns the sequence count S and document index length D of
+// the header h, checked against rest, the bytes after the header: 12 per
+// sequence, 8 per document index entry, then nothing or one mode per
+// sequence (modes).
+func fitCounts(h []byte, rest uint64) (s, d uint64, modes bool, err error) {
+	s, d = binary.LittleEndian.Uint64(h[18:]), binary.LittleEndian.Uint64(h[26:])
+	all := rest
+	if s > rest/12 {
+		return 0, 0, false, fmt.Errorf("%w: %d sequences need 12 bytes each, the index has %d after its header",
+			ErrSize, s, rest)
+	}
+	rest -= 12 * s
+	if d > rest/8 {
+		return 0, 0, false, fmt.Errorf("%w: %d sequences and %d document index entries need more than the %d bytes after the header",
+			ErrSize, s, d, all)
+	}
+	rest -= 8 * d
+	if rest != 0 && rest != s {
+		return 0, 0, false, fmt.Errorf("%w: %d bytes after the document index, want 0 or %d (one mode per sequence)",
+			ErrSize, rest, s)
+	}
+	return s, d, rest != 0, nil
 }
 
 // length returns the length of sequence i, decoded from the index.
