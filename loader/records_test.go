@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 )
 
@@ -20,11 +20,9 @@ import (
 // compares every field of every sample with what tarfile reads, copied and
 // as views, rank sharded; the second listing reads the saved indexes.
 func TestRecordsPython(t *testing.T) {
-	needPython(t)
+	testenv.NeedPython(t)
 	tmp := t.TempDir()
-	if out, err := exec.Command(python, "testdata/wds_dataset.py", filepath.Join(tmp, "d")).CombinedOutput(); err != nil {
-		t.Fatalf("wds_dataset.py: %v\n%s", err, out)
-	}
+	testenv.RunPython(t, "testdata/wds_dataset.py", filepath.Join(tmp, "d"))
 	b, err := os.ReadFile(filepath.Join(tmp, "d", "expect.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -6,32 +6,17 @@ import (
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/tier"
 )
-
-// python is Debian's interpreter, whose numpy comes from python3-numpy.
-const python = "/usr/bin/python3"
-
-// needPython skips the test without python3 and numpy, or fails it in CI
-// (CI=true), where they must be there.
-func needPython(t *testing.T) {
-	t.Helper()
-	if err := exec.Command(python, "-c", "import numpy").Run(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s with numpy is required in CI: %v", python, err)
-		}
-		t.Skipf("%s with numpy not available: %v", python, err)
-	}
-}
 
 // dirEnv is objects in a fetch.Dir source, a tier.Cache over it and an
 // mmapstore.Store over the cache.
@@ -157,13 +142,10 @@ func checkWindows(t *testing.T, cfg Config, got []tokenBatch, want [][]uint16) {
 // and compares every window, across file and document boundaries, with
 // what numpy reads, in every mode, rank sharded, and resumed.
 func TestTokenWindowsPython(t *testing.T) {
-	needPython(t)
+	testenv.NeedPython(t, "numpy")
 	const L = 16
 	tmp := t.TempDir()
-	out, err := exec.Command(python, "testdata/token_datasets.py", filepath.Join(tmp, "d"), "16").CombinedOutput()
-	if err != nil {
-		t.Fatalf("token_datasets.py: %v\n%s", err, out)
-	}
+	testenv.RunPython(t, "testdata/token_datasets.py", filepath.Join(tmp, "d"), "16")
 	b, err := os.ReadFile(filepath.Join(tmp, "d", "expect.json"))
 	if err != nil {
 		t.Fatal(err)
