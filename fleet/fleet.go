@@ -211,6 +211,13 @@ func (f *Fleet) Owners(key placement.Key, k int) []Member {
 	return out
 }
 
+// Member returns the member named name if it is in the current table
+// (alive or suspect), with its peer address.
+func (f *Fleet) Member(name string) (Member, bool) {
+	m, ok := f.view.Load().byName[name]
+	return m, ok
+}
+
 // Key returns the peer data plane's key, derived from the fleet's key
 // file (PeerKey), or nil when the fleet runs without one (insecure). The
 // caller must not modify it.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+
 	"github.com/cacheagent/cacheagent/fleet/placement"
 )
 
@@ -235,12 +237,14 @@ func TestStartKeyRules(t *testing.T) {
 	}
 }
 
-// TestSubscribeAndSetWeight checks that a weight change reaches the other
-// member's table and its subscribers, and that Close closes subscriptions.
+// TestSubscribeAndSetWeight checks a join through a DNS name, that a
+// weight change reaches the other member's table and its subscribers, and
+// that Close closes subscriptions.
 func TestSubscribeAndSetWeight(t *testing.T) {
 	key := writeKey(t, keyB)
 	a := start(t, Config{Name: "node-a", KeyFile: key}, 1)
-	b := start(t, Config{Name: "node-b", KeyFile: key, Join: []string{a.Self().Addr}}, 1)
+	_, port, _ := net.SplitHostPort(a.Self().Addr)
+	b := start(t, Config{Name: "node-b", KeyFile: key, Join: []string{"localhost:" + port}}, 1) // a DNS name
 	await(t, a, "node-b's join", func() bool { return a.Table().Len() == 2 })
 	if err := b.SetWeight(3); err != nil {
 		t.Fatal(err)
@@ -254,5 +258,53 @@ func TestSubscribeAndSetWeight(t *testing.T) {
 	}
 	if err := b.SetWeight(2); !errors.Is(err, ErrClosed) {
 		t.Errorf("SetWeight after Close = %v; want ErrClosed", err)
+	}
+}
+
+// crash stops f's memberlist without leaving, as a killed agent would.
+func crash(f *Fleet) {
+	f.mu.Lock()
+	f.closed = true // its cleanup's Close then does nothing
+	f.mu.Unlock()
+	f.stop()
+	f.ml.Shutdown()
+	f.loop.Wait()
+}
+
+// TestFleetFailure checks that a member that stops answering without
+// leaving is declared dead: listed as dead, out of the table.
+func TestFleetFailure(t *testing.T) {
+	key := writeKey(t, keyA)
+	a := start(t, Config{Name: "node-a", KeyFile: key}, 1)
+	b := start(t, Config{Name: "node-b", KeyFile: key, Join: []string{a.Self().Addr}}, 1)
+	await(t, a, "node-b's join", func() bool { return a.Table().Len() == 2 })
+	crash(b)
+	await(t, a, "node-b's failure", func() bool { return slices.Equal(names(a.Members(), StateDead), []string{"node-b"}) })
+	if _, ok := a.Table().Index("node-b"); ok || a.Table().Len() != 1 {
+		t.Errorf("dead node-b is still in the table of %d", a.Table().Len())
+	}
+	if _, ok := a.Member("node-b"); ok {
+		t.Error("Member(node-b) found a dead member; want only the table's members")
+	}
+}
+
+// TestSuspectState checks the suspect state: set by memberlist's log line
+// for a failed probe, kept in the table, cleared by an answered probe.
+func TestSuspectState(t *testing.T) {
+	key := writeKey(t, keyB)
+	a := start(t, Config{Name: "node-a", KeyFile: key}, 1)
+	start(t, Config{Name: "node-b", KeyFile: key, Join: []string{a.Self().Addr}}, 1)
+	await(t, a, "node-b's join", func() bool { return a.Table().Len() == 2 })
+	w := &logWriter{log: a.log, suspect: func(name string) { a.setState(name, StateSuspect) }}
+	w.Write([]byte("[INFO] memberlist: Suspect node-b has failed, no acks received\n"))
+	if got := names(a.Members(), StateSuspect); !slices.Equal(got, []string{"node-b"}) || a.Table().Len() != 2 {
+		t.Errorf("after the suspect line: suspects %v, table of %d; want node-b, still in the table", got, a.Table().Len())
+	}
+	if m, ok := a.Member("node-b"); !ok || m.State != StateSuspect {
+		t.Errorf("Member(node-b) = %+v, %v; want it suspect", m, ok)
+	}
+	(&delegate{f: a}).NotifyPingComplete(&memberlist.Node{Name: "node-b"}, time.Millisecond, nil)
+	if got := names(a.Members(), StateAlive); !slices.Equal(got, []string{"node-a", "node-b"}) {
+		t.Errorf("after an answered probe: alive %v; want both", got)
 	}
 }
