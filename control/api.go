@@ -50,6 +50,9 @@ type Status struct {
 	Loaders *LoadersStatus `json:"loaders,omitempty"`
 	// LoaderSessions counts open loader sessions (POST /v1/loaders).
 	LoaderSessions int `json:"loader_sessions"`
+	// Fleet counts the fleet's members by state; nil without fleet mode
+	// (GET /v1/fleet lists them).
+	Fleet *stats.Fleet `json:"fleet,omitempty"`
 }
 
 // LoadersStatus sums the stats that loaders report through their plans

@@ -29,6 +29,9 @@ var (
 	ErrNoSpace = errors.New("control: no space in the cache")
 	// ErrNoShm means the daemon's cache has no shm tier (tier.ErrNoShm).
 	ErrNoShm = errors.New("control: no shm tier configured")
+	// ErrNoFleet means the daemon runs without a fleet: section (one
+	// node): GET /v1/fleet has nothing to show.
+	ErrNoFleet = errors.New("fleet mode is not configured")
 )
 
 // Error codes of ErrorBody.Code.
@@ -42,6 +45,7 @@ const (
 	CodeInvalid        = "invalid"          // ErrInvalid
 	CodeUnavailable    = "unavailable"      // ErrUnavailable
 	CodeSessionEnded   = "session_ended"    // ErrSessionEnded
+	CodeNoFleet        = "no_fleet"         // ErrNoFleet
 	CodeInternal       = "internal"         // anything else
 )
 
@@ -61,6 +65,7 @@ var codes = map[string]struct {
 	CodeInvalid:        {http.StatusBadRequest, ErrInvalid},
 	CodeSessionEnded:   {http.StatusGone, ErrSessionEnded},
 	CodeUnavailable:    {http.StatusServiceUnavailable, ErrUnavailable},
+	CodeNoFleet:        {http.StatusNotFound, ErrNoFleet},
 }
 
 // StatusOf returns the HTTP status of an error code
@@ -79,7 +84,7 @@ func sentinelOf(code string) error { return codes[code].err }
 // Error is an error answer from the daemon. It matches (errors.Is) the
 // sentinel its code stands for: fetch.ErrNotFound, fetch.ErrInvalidName,
 // fetch.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
-// ErrSessionEnded or ErrUnavailable.
+// ErrSessionEnded, ErrUnavailable or ErrNoFleet.
 type Error struct {
 	// Status is the HTTP status.
 	Status int

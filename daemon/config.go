@@ -16,6 +16,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -50,6 +51,11 @@ var ErrConfig = errors.New("daemon: invalid config")
 //	control: {socket: /run/cacheagent/control.sock}
 //	metrics: {listen: 127.0.0.1:9464}
 //	gpu: auto
+//	fleet:                 # absent: one node
+//	  listen: 10.0.0.2:7946
+//	  peer_listen: 10.0.0.2:7947
+//	  join: [cacheagent-peers.ml.svc.cluster.local:7946]
+//	  key_file: /etc/cacheagent/fleet.key
 type Config struct {
 	// Sources are the datasets the daemon knows; warm ones are prefetched
 	// at start (and when added by a reload) at warm priority.
@@ -61,6 +67,9 @@ type Config struct {
 	Metrics MetricsConfig  `yaml:"metrics"`
 	// GPU is the GPU backend: auto, cuda, fake or none. Default auto.
 	GPU string `yaml:"gpu"`
+	// Fleet joins the agents of a cluster into one cache (fleet.Config
+	// documents its keys); nil (no fleet: section) runs one node.
+	Fleet *fleet.Config `yaml:"fleet"`
 }
 
 // SourceConfig is one dataset.
@@ -352,7 +361,7 @@ func (c Config) check() *fieldError {
 	default:
 		return bad(fmt.Sprintf("%q is not one of auto, cuda, fake, none", c.GPU), "gpu")
 	}
-	return nil
+	return c.checkFleet()
 }
 
 // WithDefaults returns c with its zero fields set to their defaults. The

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/metrics"
 	"github.com/cacheagent/cacheagent/mount"
 	"github.com/cacheagent/cacheagent/tier"
@@ -51,6 +52,7 @@ type Daemon struct {
 	metLn    net.Listener
 	mnt      *mount.Server // nil without mount.path
 	scrub    *scrubber     // the background scrub (idle when off)
+	fleet    *fleet.Fleet  // nil without a fleet: section
 	// stopRequests cancels the context of every control request, ending
 	// lease sessions and job watches at shutdown.
 	stopRequests context.CancelFunc
@@ -87,8 +89,11 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 	if err := d.openCache(ctx, cfg); err != nil {
 		return nil, err
 	}
-	if err := d.listen(cfg); err != nil {
+	if err := d.startFleet(ctx, cfg); err != nil {
 		return nil, errors.Join(err, d.closeCache())
+	}
+	if err := d.listen(cfg); err != nil {
+		return nil, errors.Join(err, d.closeFleet(ctx), d.closeCache())
 	}
 	if err := d.mount(ctx, cfg); err != nil {
 		d.stopRequests()
@@ -96,7 +101,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		if d.metLn != nil {
 			d.metLn.Close()
 		}
-		return nil, errors.Join(err, d.closeCache())
+		return nil, errors.Join(err, d.closeFleet(ctx), d.closeCache())
 	}
 	d.serve()
 	d.scrub = startScrubber(d.cache, d.log, cfg.Tiers.Scrub)
@@ -202,8 +207,8 @@ func (d *Daemon) Healthy() bool {
 	return d.ready.Load()
 }
 
-// Close shuts the daemon down within ctx: it stops accepting requests,
-// cancels jobs and in-flight requests (downloads stop; nothing half-written
+// Close shuts the daemon down within ctx: it leaves the fleet (if any),
+// stops accepting requests, cancels jobs and in-flight requests (downloads stop; nothing half-written
 // is ever published), ends lease sessions, waits for the servers, then
 // closes the cache (flushing its index) and the source. A second Close
 // returns an error matching tier.ErrClosed.
@@ -216,9 +221,10 @@ func (d *Daemon) Close(ctx context.Context) error {
 	d.closed = true
 	d.mu.Unlock()
 	d.ready.Store(false)
+	var errs []error
+	errs = append(errs, d.closeFleet(ctx)) // first: peers stop asking this node
 	d.jobs.close()
 	d.stopRequests()
-	var errs []error
 	errs = append(errs, shutdown(ctx, d.ctrl))
 	if d.metSrv != nil {
 		errs = append(errs, shutdown(ctx, d.metSrv))

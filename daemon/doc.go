@@ -11,7 +11,9 @@
 //   - access plans for the cache's clairvoyant planner, and staging
 //     (fetch, promote) for loaders in other processes, whose stats
 //     (stall time by cause, samples, batches) it sums into metrics;
-//   - optionally, the read-only FUSE mount of the sources (mount.path).
+//   - optionally, the read-only FUSE mount of the sources (mount.path);
+//   - optionally, membership in a fleet of agents (package fleet; the
+//     fleet: section), weighted by the disk budget, shown by GET /v1/fleet.
 //
 // # Usage
 //
@@ -36,7 +38,8 @@
 //
 // # Shutdown
 //
-// Close stops accepting connections, cancels jobs and in-flight requests
+// Close leaves the fleet (so peers stop asking this agent), stops
+// accepting connections, cancels jobs and in-flight requests
 // (downloads stop; the tier never publishes a partial file), ends every
 // lease session, waits for the servers, unmounts, and closes the cache,
 // which flushes its index and releases the directory lock.
@@ -46,8 +49,9 @@
 // Reload applies the budgets, the connection budget, the scrub and sources
 // live.
 // Fields that need a restart (directories, the shm budget, endpoint, slice
-// size, revalidation, socket, metrics address, mount, gpu) keep their
-// running values; each difference is logged.
+// size, revalidation, socket, metrics address, mount, gpu, fleet) keep
+// their running values; each difference is logged. A new disk budget is
+// announced to the fleet as this agent's weight.
 //
 // # Concurrency
 //

@@ -26,6 +26,7 @@ var errorCodes = []struct {
 	{control.ErrInvalid, control.CodeInvalid},
 	{control.ErrSessionEnded, control.CodeSessionEnded},
 	{control.ErrUnavailable, control.CodeUnavailable},
+	{control.ErrNoFleet, control.CodeNoFleet},
 	{tier.ErrClosed, control.CodeUnavailable},
 	{context.Canceled, control.CodeUnavailable},
 }

@@ -68,6 +68,7 @@ func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
 		}
 		applied.Tiers.Disk.Max = cfg.Tiers.Disk.Max
 		changed = append(changed, "tiers.disk.max")
+		d.setFleetWeight()
 	}
 	if cfg.Tiers.Shm.Max != old.Tiers.Shm.Max {
 		err := d.cache.SetShmMaxBytes(ctx, int64(cfg.Tiers.Shm.Max))
@@ -125,6 +126,10 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 		{"control.socket", cur.Control.Socket, next.Control.Socket, func() { next.Control.Socket = cur.Control.Socket }},
 		{"metrics.listen", cur.Metrics.Listen, next.Metrics.Listen, func() { next.Metrics.Listen = cur.Metrics.Listen }},
 		{"gpu", cur.GPU, next.GPU, func() { next.GPU = cur.GPU }},
+	}
+	if !reflect.DeepEqual(cur.Fleet, next.Fleet) {
+		d.log.Warn("config change needs a restart; keeping the running value", "field", "fleet")
+		next.Fleet = cur.Fleet
 	}
 	for _, f := range fields {
 		if f.cur != f.next {

@@ -51,6 +51,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("POST /v1/sessions/{sid}/leases", d.handleAcquire)
 	mux.HandleFunc("DELETE /v1/sessions/{sid}/leases/{id}", d.handleRelease)
 	mux.HandleFunc("POST /v1/loaders", d.handleLoaderSession)
+	mux.HandleFunc("GET /v1/fleet", d.handleFleet)
 	return d.counted(mux)
 }
 

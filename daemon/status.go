@@ -100,6 +100,10 @@ func (d *Daemon) status() control.Status {
 	cfg := d.Config()
 	fs := d.dl.Stats()
 	sessions, leases := d.sessions.counts()
+	var fl *stats.Fleet
+	if s, ok := d.fleetStats(); ok {
+		fl = &s
+	}
 	return control.Status{
 		Version: d.opts.Version, PID: pid, Started: d.started, ConfigFile: d.opts.ConfigFile,
 		Socket: cfg.Control.Socket, MetricsAddr: d.MetricsAddr(), CacheDir: cfg.Tiers.Disk.Dir,
@@ -107,6 +111,7 @@ func (d *Daemon) status() control.Status {
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
 		Loaders: d.loaderStatus(), LoaderSessions: d.lsess.count(),
+		Fleet: fl,
 	}
 }
 
@@ -145,6 +150,7 @@ func (d *Daemon) metricSources() metrics.Sources {
 		Leases:  d.sessions.counts,
 		Plans:   func() stats.Plan { return d.cache.PlanStats() },
 		Loaders: d.plans.loaderTotals,
+		Fleet:   d.fleetStats,
 		Jobs: func() map[string]int {
 			out := make(map[string]int)
 			for s, n := range d.jobs.counts() {

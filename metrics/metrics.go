@@ -40,6 +40,8 @@ type Sources struct {
 	// Loaders returns the number of plans whose loaders report their
 	// stats, and the totals they reported.
 	Loaders func() (reporting int, totals stats.Loader)
+	// Fleet returns the fleet's figures, and false without fleet mode.
+	Fleet func() (stats.Fleet, bool)
 }
 
 // Metrics is the daemon's registry. Create it with New.
@@ -86,6 +88,7 @@ func New(version string, src Sources) *Metrics {
 		&queueCollector{src: src, inflight: m.inflight},
 		&tableCollector[stats.Plan]{read: src.Plans, table: planTable},
 		&loaderCollector{src: src.Loaders},
+		&fleetCollector{src: src.Fleet},
 	)
 	return m
 }

@@ -98,6 +98,9 @@ func newTestServer(t *testing.T) *httptest.Server {
 			return 2, stats.Loader{Batches: 3, Samples: 96, Bytes: 4096, WaitFetch: 1500 * time.Millisecond,
 				WaitOther: 250 * time.Millisecond}
 		},
+		Fleet: func() (stats.Fleet, bool) {
+			return stats.Fleet{Self: "node-a", Members: map[string]int{"alive": 2, "dead": 1}}, true
+		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})
 	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))

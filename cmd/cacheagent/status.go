@@ -77,6 +77,10 @@ func printStatus(w io.Writer, rep statusReport) error {
 		fmt.Fprintf(w, "jobs: %s; %d lease sessions, %d leases; %d loader sessions; %d plans\n", jobCounts(rep.Jobs),
 			rep.Sessions, rep.Leases, rep.LoaderSessions, rep.Plans)
 	}
+	if f := rep.Fleet; f != nil {
+		fmt.Fprintf(w, "fleet: %s in a fleet of %d alive, %d suspect, %d dead (cacheagent fleet status)\n",
+			f.Self, f.Members["alive"], f.Members["suspect"], f.Members["dead"])
+	}
 	return nil
 }
 
