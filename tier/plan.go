@@ -23,6 +23,14 @@ const (
 	// lookup and first byte are in flight; the downloader's connection
 	// budget, granted by priority, bounds the connections they use.
 	planInflight = 8
+	// planEvictAhead is how many plan positions ahead of a reader the
+	// planner may evict copies that a plan needs later to make room for
+	// the ones it needs sooner: enough to keep every fetch slot busy (see
+	// lookaheadLocked's floor). Farther ahead it only fills free space and
+	// the room of copies no plan needs again, so a cache smaller than a
+	// plan loses no hits to prefetching (a plan's second epoch over a
+	// cache of half its objects reads about half of them again).
+	planEvictAhead = planInflight + 1
 	// planMeterSpan is the least span over which the planner measures its
 	// aggregate fetch rate.
 	planMeterSpan = 100 * time.Millisecond

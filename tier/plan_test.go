@@ -162,6 +162,44 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 	checkInvariants(t, c)
 }
 
+// TestPlannerKeepsNeededCopiesFarAhead reads a plan of 2n objects over a
+// cache of n that holds the plan's second half: reading the first half
+// must evict copies of the second, but fetching far ahead of the reader
+// must not, or each such fetch costs a miss later. At most planEvictAhead
+// copies go before the reader has passed objects whose room prefetches
+// can take.
+func TestPlannerKeepsNeededCopiesFarAhead(t *testing.T) {
+	const n = 40
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), n*objSize))
+	var names []string
+	for i := range 2 * n {
+		names = append(names, fmt.Sprintf("o%02d", i))
+	}
+	o := e.putObjects(t, names...)
+	touch(t, c, o[n:]...) // the second half is cached
+	hooks := planHooks(c)
+	ctx := context.Background()
+	if err := c.Plan(ctx, "p", o); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o {
+		hooks.awaitIdle(t)
+		touch(t, c, o[i])
+		if err := c.AdvancePlan(ctx, "p", i+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// n fills for the first half (cached before the test: n more), and
+	// one for each copy of the second half evicted.
+	fills := c.Stats().Base().Fills - n
+	if fills < n || fills > n+planEvictAhead+1 {
+		t.Errorf("the plan's reading filled %d objects; want %d to %d (the first half, and at most %d copies "+
+			"of the second evicted early)", fills, n, n+planEvictAhead+1, planEvictAhead+1)
+	}
+	checkInvariants(t, c)
+}
+
 // same reports whether got holds exactly the true keys of want.
 func same(got, want map[string]bool) bool {
 	for k, v := range got {
