@@ -38,7 +38,8 @@ func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string
 		if e.inUseLocked() || e == skip {
 			continue
 		}
-		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Tag: len(p.ents)})
+		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Due: p.dueLocked(e.key),
+			Tag: len(p.ents)})
 		p.ents = append(p.ents, e)
 	}
 	return p.cands
