@@ -40,7 +40,9 @@
 // Objects of at most Config.SmallObjectSize bytes are read on a lane of
 // Config.SmallConnections slots of their own: their time to first byte is
 // as long as their body or longer, and a connection held for it would carry
-// nearly nothing. The lane never splits ranges.
+// nearly nothing. The lane never splits ranges. A small object that finds
+// its lane full takes a main-lane slot that no one waits for, so a job of
+// many small objects is not held to the lane while the main lane idles.
 //
 // Every range's length is checked (a body that ends early is ErrShortRead,
 // one that runs long is an error). A failed range is retried with

@@ -189,6 +189,25 @@ func (d *Downloader) SetConnections(n int) error {
 	return nil
 }
 
+// acquire takes a slot of dl's lane for one of its n ranges. A small
+// object (one range) that finds its lane full takes a main-lane slot no one
+// waits for, and reads on the main lane: the lanes' budgets still bound the
+// connections, and small objects do not queue while the main lane idles (a
+// planner or prefetch job reading many small objects gets both lanes).
+func (d *Downloader) acquire(ctx context.Context, dl *download, n int) error {
+	if dl.sem != d.small || n != 1 {
+		return dl.sem.acquire(ctx, dl.u, dl.order)
+	}
+	if d.small.tryAcquire() {
+		return nil
+	}
+	if d.sem.tryAcquire() {
+		dl.sem = d.sem
+		return nil
+	}
+	return d.small.acquire(ctx, dl.u, dl.order)
+}
+
 // lane returns the connection budget an object of size bytes is read under.
 func (d *Downloader) lane(size int64) *connSem {
 	if d.small != nil && size <= d.cfg.SmallObjectSize {
@@ -298,7 +317,7 @@ func (d *Downloader) fetchRound(ctx context.Context, a Attrs, dst io.WriterAt, u
 	for _, s := range rs {
 		// One slot per slice, taken here so that a download queues at most
 		// one waiter at a time and starts no goroutine it cannot feed.
-		if dl.sem.acquire(sctx, u, order) != nil {
+		if d.acquire(sctx, dl, len(rs)) != nil {
 			break
 		}
 		dl.add(s)

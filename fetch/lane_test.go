@@ -154,18 +154,22 @@ func TestSmallLaneBudget(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			// Small objects fill their lane, then borrow the idle main
+			// lane's slots; the next one waits for its lane.
+			mainLimit := cmp.Or(tc.setConns, cfg.Connections)
+			n := tc.wantLimit + mainLimit + 1
 			var errs []<-chan error
-			for range tc.wantLimit + 1 {
+			for range n {
 				_, errc := e.fetchAsync(t, e.small)
 				errs = append(errs, errc)
 			}
-			for range tc.wantLimit {
+			for range n - 1 {
 				<-e.src.opened
 			}
 			e.waitStats(t, "one small object queued", func(s stats.Fetch) bool {
-				return s.SmallConnsInUse == tc.wantLimit && s.SmallWaiting == 1
+				return s.SmallConnsInUse == tc.wantLimit && s.ConnsInUse == mainLimit && s.SmallWaiting == 1
 			})
-			for range tc.wantLimit + 1 {
+			for range n {
 				e.src.gate <- struct{}{}
 			}
 			for _, errc := range errs {

@@ -164,8 +164,22 @@ type Candidate[K comparable] struct {
 	// Tag is the caller's own reference to the entry (an index into its
 	// slice of entries, say); Order keeps it with the candidate.
 	Tag int
+	// Due marks an entry that its reader has yet to read although its
+	// plan's position has passed it (a reader may announce positions ahead
+	// of its reads). It counts as needed next (Next 0) when no plan lists
+	// it ahead of a reader.
+	Due bool
 	// Next is the distance to the entry's next use; Order fills it in.
 	Next int
+}
+
+// next returns c's distance to its next use (see Candidate.Due).
+func (x *Index[K]) next(c Candidate[K]) int {
+	n := x.NextUse(c.Key)
+	if n == Never && c.Due {
+		return 0
+	}
+	return n
 }
 
 // Order fills in each candidate's Next and sorts cands best victim first:
@@ -174,7 +188,7 @@ type Candidate[K comparable] struct {
 // by position in cands, so the order is deterministic).
 func (x *Index[K]) Order(cands []Candidate[K]) {
 	for i := range cands {
-		cands[i].Next = x.NextUse(cands[i].Key)
+		cands[i].Next = x.next(cands[i])
 	}
 	slices.SortStableFunc(cands, func(a, b Candidate[K]) int {
 		if c := cmp.Compare(b.Next, a.Next); c != 0 {

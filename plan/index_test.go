@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -146,5 +147,27 @@ func TestOrderAndVictims(t *testing.T) {
 			t.Errorf("Victims(need %d, farther %d) = %d, %d; want %d, %d",
 				tt.need, tt.farther, n, freed, tt.wantN, tt.wantFreed)
 		}
+	}
+}
+
+func TestDueCountsAsNeededNext(t *testing.T) {
+	x := NewIndex[string]()
+	x.Announce("p", []string{"a", "b", "c"})
+	x.Advance("p", 2) // a and b are behind the reader's position
+	cands := []Candidate[string]{
+		{Key: "a", Size: 10, LastUse: 1},            // read: done with
+		{Key: "b", Size: 10, LastUse: 2, Due: true}, // passed, not read yet
+		{Key: "c", Size: 10, LastUse: 3, Due: true}, // next: its distance (0) stands
+	}
+	x.Order(cands)
+	var got []string
+	for _, c := range cands {
+		got = append(got, fmt.Sprintf("%s:%d", c.Key, c.Next))
+	}
+	if want := []string{"a:" + fmt.Sprint(Never), "b:0", "c:0"}; !slices.Equal(got, want) {
+		t.Errorf("Order = %v; want %v (a due entry with no next use counts as needed next)", got, want)
+	}
+	if n, _ := Victims(cands, 10, 0); n != 1 {
+		t.Errorf("Victims(farther 0) = %d; want 1: only a", n)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // log n) for u unplanned candidates and k planned victims.
 func (x *Index[K]) Select(cands []Candidate[K], need int64, farther int) (n int, freed int64) {
 	for i := range cands {
-		cands[i].Next = x.NextUse(cands[i].Key)
+		cands[i].Next = x.next(cands[i])
 	}
 	if need <= 0 {
 		return 0, 0

@@ -121,6 +121,7 @@ func (c *Cache) lookup(o fetch.Object, reval time.Duration) (grant, int64, looku
 func (c *Cache) acquireLocked(e *entry, now int64) grant {
 	cp := e
 	c.dls.noteOpen(now)
+	c.plans.openedLocked(e.key)
 	if e.state == live {
 		c.touchLocked(e, now)
 		if e.hot != nil {

@@ -23,6 +23,14 @@ const (
 	// lookup and first byte are in flight; the downloader's connection
 	// budget, granted by priority, bounds the connections they use.
 	planInflight = 8
+	// planEvictAhead is how many plan positions ahead of a reader the
+	// planner may evict copies that a plan needs later to make room for
+	// the ones it needs sooner: enough to keep every fetch slot busy (see
+	// lookaheadLocked's floor). Farther ahead it only fills free space and
+	// the room of copies no plan needs again, so a cache smaller than a
+	// plan loses no hits to prefetching (a plan's second epoch over a
+	// cache of half its objects reads about half of them again).
+	planEvictAhead = planInflight + 1
 	// planMeterSpan is the least span over which the planner measures its
 	// aggregate fetch rate.
 	planMeterSpan = 100 * time.Millisecond
@@ -76,11 +84,13 @@ type reader struct {
 }
 
 // planned is one object of the plans: as announced (a non-zero
-// generation pins it), how many plans hold it, and its size if known.
+// generation pins it), how many plans hold it, its size if known, and
+// whether it was opened since a plan holding it was last announced.
 type planned struct {
-	obj  fetch.Object
-	refs int
-	size int64
+	obj    fetch.Object
+	refs   int
+	size   int64
+	opened bool
 }
 
 // newPlans returns the state of a cache without plans.
@@ -138,7 +148,7 @@ func (c *Cache) Plan(ctx context.Context, id string, objs []fetch.Object) error 
 		}
 		seen[k] = true
 		pl := p.objects[k]
-		pl.obj, pl.refs = objs[i], pl.refs+1
+		pl.obj, pl.refs, pl.opened = objs[i], pl.refs+1, false
 		p.objects[k] = pl
 		delete(p.failed, k)
 	}
@@ -194,6 +204,24 @@ func (c *Cache) DropPlan(ctx context.Context, id string) error {
 		return fmt.Errorf("tier: drop plan %q: %w", id, ErrNoPlan)
 	}
 	return nil
+}
+
+// openedLocked records that planned object k (if planned) was opened.
+func (p *plans) openedLocked(k string) {
+	if pl, ok := p.objects[k]; ok && !pl.opened {
+		pl.opened = true
+		p.objects[k] = pl
+	}
+}
+
+// dueLocked reports whether planned object k is yet to be read: a plan
+// holds it and it was not opened since. A reader's position may run ahead
+// of its reads (a DataLoader's sampler runs ahead of its workers by their
+// prefetch), so an object its plan has passed is done with only once
+// opened, or when the plan is announced again or dropped.
+func (p *plans) dueLocked(k string) bool {
+	pl, ok := p.objects[k]
+	return ok && !pl.opened
 }
 
 // dropLocked forgets plan id, if announced, and reports whether it was.

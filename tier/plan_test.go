@@ -134,6 +134,7 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 	if got := residents(c, names...); !same(got, want) {
 		t.Errorf("after Plan: cached %v; want %v", got, want)
 	}
+	touch(t, c, o[0], o[1]) // the reader reads what it passes
 	if err := c.AdvancePlan(ctx, "p", 2); err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +143,7 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 	if got := residents(c, names...); !same(got, want) {
 		t.Errorf("at 2: cached %v; want %v", got, want)
 	}
+	touch(t, c, o[2], o[3])
 	if err := c.AdvancePlan(ctx, "p", 4); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +162,57 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 		t.Errorf("the planner's prefetches counted as misses")
 	}
 	checkInvariants(t, c)
+}
+
+// TestPlannerKeepsNeededCopiesFarAhead reads a plan of 2n objects over a
+// cache of n that holds the plan's second half: reading the first half
+// must evict copies of the second, but fetching far ahead of the reader
+// must not, or each such fetch costs a miss later. At most planEvictAhead
+// copies go before the reader has passed objects whose room prefetches
+// can take. With lag, the reader announces each position lag objects
+// before it reads there (as a DataLoader's sampler runs ahead of its
+// workers): the copies fetched ahead that it has announced past but not
+// read must not be taken for done with (nor evicted to make room).
+func TestPlannerKeepsNeededCopiesFarAhead(t *testing.T) {
+	for _, lag := range []int{0, 8} {
+		t.Run(fmt.Sprintf("lag=%d", lag), func(t *testing.T) {
+			const n = 40
+			e := newDirEnv(t)
+			c := openCache(t, e.config(t.TempDir(), n*objSize))
+			var names []string
+			for i := range 2 * n {
+				names = append(names, fmt.Sprintf("o%02d", i))
+			}
+			o := e.putObjects(t, names...)
+			touch(t, c, o[n:]...) // the second half is cached
+			hooks := planHooks(c)
+			ctx := context.Background()
+			if err := c.Plan(ctx, "p", o); err != nil {
+				t.Fatal(err)
+			}
+			for i := range o {
+				if err := c.AdvancePlan(ctx, "p", i+lag); err != nil {
+					t.Fatal(err)
+				}
+				hooks.awaitIdle(t)
+				touch(t, c, o[i])
+			}
+			// n fills for the first half (cached before the test: n more),
+			// and one for each copy of the second half evicted.
+			st := c.Stats().Base()
+			fills := int(st.Fills) - n
+			if fills < n || fills > n+planEvictAhead+lag+1 {
+				t.Errorf("the plan's reading filled %d objects; want %d to %d (the first half, and at most %d "+
+					"copies of the second evicted early)", fills, n, n+planEvictAhead+lag+1, planEvictAhead+lag+1)
+			}
+			// The first lag objects are behind the reader's position
+			// before the planner sees the plan: those it fetches itself.
+			if misses := int(st.Misses) - n; misses > lag+1 {
+				t.Errorf("the reader missed %d times; want at most %d", misses, lag+1)
+			}
+			checkInvariants(t, c)
+		})
+	}
 }
 
 // same reports whether got holds exactly the true keys of want.
@@ -189,6 +242,7 @@ func TestPlanShmCopyGoesAfterLastUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	hooks.awaitIdle(t)
+	touch(t, c, o[0], o[1])                            // the reader reads a and b
 	if err := c.AdvancePlan(ctx, "p", 2); err != nil { // past a and b; c next, then a again
 		t.Fatal(err)
 	}

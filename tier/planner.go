@@ -38,7 +38,8 @@ func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string
 		if e.inUseLocked() || e == skip {
 			continue
 		}
-		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Tag: len(p.ents)})
+		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Due: p.dueLocked(e.key),
+			Tag: len(p.ents)})
 		p.ents = append(p.ents, e)
 	}
 	return p.cands
@@ -200,8 +201,16 @@ func (c *Cache) planNextLocked(max int) []fetch.Object {
 				p.idx.Select(cands, 0, -1) // fills in Next
 			}
 			// Victims go farthest first, so those taken so far all lie
-			// beyond d too: what is left beyond d must cover need.
-			if farther(cands, d)-taken < need {
+			// beyond d too: what is left beyond d must cover need. Past
+			// the first planEvictAhead positions only copies no plan
+			// needs again may go: evicting a copy needed later to fetch
+			// one needed sooner trades a hit for a hit, and far ahead of
+			// the readers it buys no time, only a later miss.
+			limit := d
+			if d >= planEvictAhead {
+				limit = plan.Never - 1
+			}
+			if farther(cands, limit)-taken < need {
 				break // only objects needed sooner could make room
 			}
 			taken += need

@@ -238,7 +238,8 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=3, help="epochs of the half-cache runs")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", choices=["cold", "half"], help="run one part only")
+    ap.add_argument("--only", choices=["cold", "half", "plan"],
+                    help="run one part only (plan: the planned cold epoch alone, for quick comparisons)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pyplan-bench-"))
     b = Bench(args, tmp)
@@ -263,6 +264,10 @@ def main() -> None:
         print(f"ideal (link-limited, dataset / (connections x rate)): {ideal:.3f} s; with every object's first byte "
               f"on {conns} + {small} connections: {args.objects * (fb + args.size / rate) / (conns + small):.3f} s")
         res = {}
+        if args.only == "plan":
+            dt, by = b.run_job("cold-plan", "8GiB", True, 1)[0]
+            print(f"cold-plan: {dt:.2f} s, {by / 1e6:.1f} MB from GCS, {args.objects / dt:,.0f} samples/s, "
+                  f"{dt / ideal:.2f}x ideal")
         if args.only in (None, "cold"):
             for planned in (True, False):
                 tag = f"cold-{'plan' if planned else 'noplan'}"
