@@ -56,7 +56,9 @@
 // between reads; later rounds re-read only the units whose bytes in the
 // destination no earlier read agrees with, up to Config.ChecksumAttempts
 // rounds (default 4, with backoff between them, each counted as a
-// "checksum" retry). A link that corrupts one response in ten thus costs a
+// "checksum" retry). The range reads of those later rounds run on a context
+// for which Reread reports true, so a Source reading through a less trusted
+// copy (a peer agent's cache) can go to the origin for them. A link that corrupts one response in ten thus costs a
 // second read and a few units, not a failure. It fails with ErrChecksum
 // when the rounds run out, or at once when every unit reads the same twice
 // and the object is still wrong (the source serves those bytes). Every

@@ -3,7 +3,9 @@ package fetch
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -283,5 +285,46 @@ func TestSetConnectionsGrows(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Fetch: %v", err)
+	}
+}
+
+// rereadSource records, for each range read, whether its context was
+// marked Reread.
+type rereadSource struct {
+	Source
+	mu    sync.Mutex
+	marks []bool
+}
+
+func (s *rereadSource) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+	s.mu.Lock()
+	s.marks = append(s.marks, Reread(ctx))
+	s.mu.Unlock()
+	return s.Source.NewRangeReader(ctx, o, off, n)
+}
+
+// TestFetchRereadMarksContext: the first round's range reads run on an
+// unmarked context, the re-reads after a CRC32C mismatch on one marked
+// Reread.
+func TestFetchRereadMarksContext(t *testing.T) {
+	dir, root := newTestDir(t)
+	data := emulator.Pattern(10, 200<<10)
+	writeFile(t, root, "b/f", data, t0)
+	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = withCRC(a, data)
+	a.CRC32C ^= 1 // every round mismatches: two rounds, then the same bytes twice
+	src := &rereadSource{Source: dir}
+	d := newDownloader(t, src, fastConfig())
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
+	}
+	if Reread(context.Background()) {
+		t.Error("Reread(Background) = true; want false")
+	}
+	if want := []bool{false, false, false, false, true, true, true, true}; !slices.Equal(src.marks, want) {
+		t.Errorf("Reread per range read = %v; want %v", src.marks, want)
 	}
 }
