@@ -31,7 +31,7 @@ func TestReadFromOwner(t *testing.T) {
 	for _, n := range order {
 		checkBytes(t, n.name+" read", read(t, n.cache, o), data)
 	}
-	if got := e.emu.BytesServed(); got != objSize {
+	if got := originBytes(nodes...); got != objSize {
 		t.Errorf("GCS served %d bytes for one %d-byte object read by 3 nodes; want %d", got, objSize, objSize)
 	}
 	for _, n := range order[:2] {
@@ -61,7 +61,7 @@ func TestReadAllAtOnce(t *testing.T) {
 		objs = append(objs, e.put(t, bucket, fmt.Sprintf("shard-%d", i), datas[i]))
 	}
 	readAtOnce(t, nodes, objs, datas)
-	if got, want := e.emu.BytesServed(), int64(len(objs)*objSize); got != want {
+	if got, want := originBytes(nodes...), int64(len(objs)*objSize); got != want {
 		t.Errorf("GCS served %d bytes; want %d (each object once)", got, want)
 	}
 }

@@ -206,6 +206,17 @@ func readAtOnce(t *testing.T, nodes []*node, objs []fetch.Object, datas [][]byte
 	wg.Wait()
 }
 
+// originBytes returns the bytes the nodes read from GCS. (The emulator's
+// count may lag: it counts a body after the handler returns, which can be
+// after the client has every byte.)
+func originBytes(nodes ...*node) int64 {
+	var n int64
+	for _, x := range nodes {
+		n += x.src.Stats().OriginBytes
+	}
+	return n
+}
+
 // checkBytes reports a difference between got and want.
 func checkBytes(t *testing.T, what string, got, want []byte) {
 	t.Helper()
