@@ -96,9 +96,9 @@ func parseRequest(raw string) (request, error) {
 	return r, nil
 }
 
-// parseUint parses a canonical non-negative decimal integer below 2^62.
+// parseUint parses a canonical non-negative decimal int64.
 func parseUint(s string) (int64, error) {
-	if s == "" || len(s) > 18 || (len(s) > 1 && s[0] == '0') || strings.TrimLeft(s, "0123456789") != "" {
+	if s == "" || len(s) > 19 || (len(s) > 1 && s[0] == '0') || strings.TrimLeft(s, "0123456789") != "" {
 		return 0, fmt.Errorf("not a canonical decimal: %.24q", s)
 	}
 	return strconv.ParseInt(s, 10, 64)
