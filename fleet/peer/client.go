@@ -28,7 +28,7 @@ func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req re
 	if err != nil {
 		cancel(nil)
 		done()
-		if cause != CauseNotFound && cause != CauseLoop {
+		if ctx.Err() == nil && cause != CauseNotFound && cause != CauseLoop {
 			p.cool(s.now(), s.cfg.CoolDown)
 		}
 		return nil, cause, err

@@ -38,7 +38,8 @@
 // sources), 404 for a generation the server cannot get (never another
 // generation instead), 409 when the server is itself forwarding that
 // object to a peer (see Loops), 416 for a range past the end of the
-// object, 502 for any other failure to fill.
+// object, 503 while the replay cache is full, 502 for any other failure
+// to fill.
 //
 // There is no per-response CRC32C: computing it means reading the bytes
 // before sending them, which gives up sendfile, and it would be the peer's
@@ -104,9 +105,11 @@
 // back and forth. A peer's request may still join a fill this node started
 // for its own readers, which may be waiting on a peer in turn; if that
 // peer's fill waits on this node, the two would wait on each other. So a
-// Server whose node is forwarding the same object (its Source has a peer
-// request for it in flight) answers 409 at once: in any cycle of fills,
-// the node that checks last sees its own forward and breaks the cycle.
+// Server whose node is forwarding the same object (a Downloader's fill of
+// it that reads from peers is running, or its Source has a peer request
+// for it in flight) answers 409 at once: every node marks its forward
+// before sending it, so in any cycle of fills the node that checks last
+// sees its own mark, and the cycle breaks.
 //
 // # Connection budgets
 //
@@ -130,7 +133,16 @@
 //
 // Server and Source are safe for concurrent use. A Source's readers
 // belong to their callers and must be closed; Source.Close closes idle
-// connections. The Server starts one goroutine per request that misses
-// (the fill it waits on, with heartbeats) and waits for it before
+// connections. The Server starts one goroutine per request (the cache
+// Open it waits on, sending heartbeats meanwhile) and waits for it before
 // returning.
+//
+// # Limits
+//
+// The fetch.Downloader's stall timeout (default 20s) counts bytes, not
+// heartbeats: a requester waiting on an owner's fill longer than that
+// gives up and asks again (joining the same fill), and fails after
+// fetch.Config.MaxAttempts such rounds. Objects whose fill takes longer
+// than MaxAttempts stall timeouts need chunked ownership or a longer
+// stall timeout.
 package peer

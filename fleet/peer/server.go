@@ -72,7 +72,7 @@ type Server struct {
 	buckets map[string]bool
 	auth    *verifier
 	log     *slog.Logger
-	now     func() time.Time // the clock; tests replace it
+	now     func() time.Time // the clock requests' times are checked against
 
 	bytes    atomic.Int64
 	outcomes [numOutcomes]atomic.Int64
@@ -112,7 +112,14 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := s.serve(w, r)
 	s.outcomes[out].Add(1)
-	if err != nil && out != outcomeOK {
+	switch {
+	case err == nil || out == outcomeOK:
+	case out == outcomeAuth:
+		// Why is for the log: a stranger learns nothing, not even the
+		// server's clock.
+		s.log.Debug("peer: request refused", "remote", r.RemoteAddr, "err", err)
+		http.Error(w, ErrAuth.Error(), out.status())
+	default:
 		http.Error(w, err.Error(), out.status())
 	}
 }

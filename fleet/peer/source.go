@@ -110,7 +110,7 @@ type Source struct {
 	transport *http.Transport
 	client    *http.Client
 	limiter   *rate.Limiter
-	now       func() time.Time // the clock for signing; tests replace it
+	now       func() time.Time // the clock for signing and cool-downs
 
 	peersMu sync.Mutex
 	peers   map[string]*peerState // by member name; guarded by peersMu
