@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"strconv"
@@ -152,5 +153,36 @@ func TestBucketNotServed(t *testing.T) {
 	}
 	if st := b.srv.Stats(); st.Requests["forbidden"] == 0 || st.BytesServed != 0 {
 		t.Errorf("b: server Stats = %+v; want 403s and nothing served", st)
+	}
+}
+
+// TestFallbackWaits: once the token bucket is empty, a fallback waits for
+// a token (here longer than its context allows, so it fails at once).
+func TestFallbackWaits(t *testing.T) {
+	e := newGCSEnv(t)
+	dead := listen(t)
+	addr := dead.Addr().String()
+	dead.Close()
+	cfg := patient(ownedBy(Candidate{Name: "b", Addr: addr}))
+	cfg.FallbackRate, cfg.FallbackBurst = 0.001, 1
+	src, err := New(e.gcs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	o := e.put(t, bucket, "x", emulator.Pattern(16, 1000))
+	r, err := src.NewRangeReader(t.Context(), o, 0, 1000)
+	if err != nil {
+		t.Fatalf("first fallback: %v", err)
+	}
+	r.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if r, err := src.NewRangeReader(ctx, o, 0, 1000); err == nil {
+		r.Close()
+		t.Errorf("second fallback within a minute of the first at 0.001/s succeeded; want an error")
+	}
+	if st := src.Stats(); st.Fallbacks != 2 || st.FallbackWaits != 1 {
+		t.Errorf("Stats = %+v; want 2 fallbacks, 1 of them waiting", st)
 	}
 }

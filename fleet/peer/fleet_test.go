@@ -131,8 +131,7 @@ func TestGenerationMismatch(t *testing.T) {
 		t.Errorf("a: Stats = %+v; want v2 from b", st)
 	}
 
-	gone := o1
-	gone.Name = "y" // same generation, another object: b has nothing of it
+	gone := o1 // b dropped it for v2, and GCS keeps no versions
 	r, err := a.src.NewRangeReader(t.Context(), gone, 0, 100)
 	if err == nil {
 		r.Close()
