@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Fetcher downloads one object into dst: a *fetch.Downloader.
@@ -33,6 +34,11 @@ type Downloader struct {
 	src          *Source
 	local, owner Fetcher
 }
+
+var (
+	_ tier.Downloader = (*Downloader)(nil)
+	_ Fetcher         = (*fetch.Downloader)(nil)
+)
 
 // NewDownloader returns a Downloader that fills through local and owner,
 // both reading from src.

@@ -78,6 +78,11 @@ type Server struct {
 	outcomes [numOutcomes]atomic.Int64
 }
 
+var (
+	_ http.Handler = (*Server)(nil)
+	_ Cache        = (*tier.Cache)(nil)
+)
+
 // NewServer returns a Server configured by cfg. It fails with ErrConfig or
 // ErrBadKey.
 func NewServer(cfg ServerConfig) (*Server, error) {
