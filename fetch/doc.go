@@ -45,8 +45,9 @@
 // Every range's length is checked (a body that ends early is ErrShortRead,
 // one that runs long is an error). A failed range is retried with
 // exponential backoff and full jitter on 429, 408, 5xx, transport errors,
-// short reads and stalls (no bytes for Config.StallTimeout), resuming from
-// the last byte written; other failures (4xx, invalid names, write errors
+// short reads and stalls (no bytes for Config.StallTimeout, and no call of
+// Alive by the Source, which says its server is working on the range),
+// resuming from the last byte written; other failures (4xx, invalid names, write errors
 // from the destination) end the download at once. The CRC32C of each slice
 // is computed as its bytes stream in and the slice CRCs are combined
 // arithmetically into the object's, which must match the source's. GCS

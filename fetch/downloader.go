@@ -51,7 +51,8 @@ type Config struct {
 	// ("full jitter"). Defaults 100ms and 10s.
 	BackoffInitial, BackoffMax time.Duration
 	// StallTimeout aborts and retries a range that receives no bytes for
-	// this long, time to first byte included. Default 20s.
+	// this long, time to first byte included, unless its Source calls
+	// Alive meanwhile. Default 20s.
 	StallTimeout time.Duration
 	// SmallObjectSize is the size up to which an object is small: its
 	// first byte takes about as long to come as its body to stream, so
