@@ -74,6 +74,7 @@ func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Can
 		Got1xxResponse: func(int, textproto.MIMEHeader) error {
 			event()
 			timer.Reset(wait)
+			fetch.Alive(rctx) // the owner is filling: not a stall
 			return nil
 		},
 	}))

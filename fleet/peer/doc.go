@@ -137,12 +137,12 @@
 // Open it waits on, sending heartbeats meanwhile) and waits for it before
 // returning.
 //
-// # Limits
+// # Waiting on an owner's fill
 //
-// The fetch.Downloader's stall timeout (default 20s) counts bytes, not
-// heartbeats: a requester waiting on an owner's fill longer than that
-// gives up and asks again (joining the same fill), and fails after
-// fetch.Config.MaxAttempts such rounds. Objects whose fill takes longer
-// than MaxAttempts stall timeouts need chunked ownership or a longer
-// stall timeout.
+// Each heartbeat also calls fetch.Alive, so the requester's
+// fetch.Downloader does not take a long fill for a stall. The wait is
+// still bounded: the owner's own Downloader aborts a fill that stalls, and
+// the requester then gets a 502 and goes to the next candidate or GCS.
+// While the owner fills a large object whole, its requesters get no bytes;
+// chunked ownership would let them start sooner.
 package peer
