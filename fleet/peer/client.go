@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
@@ -119,10 +118,7 @@ func classify(rctx context.Context, err error) Cause {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return CauseTimeout
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		return CauseRefused
-	}
-	return CauseRefused // any other transport failure: the peer could not be talked to
+	return CauseRefused // refused, reset, unreachable: the peer could not be talked to
 }
 
 // peerReader is a peer's body. A stall timer cancels the request when no
