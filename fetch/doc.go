@@ -47,8 +47,9 @@
 // Every range's length is checked (a body that ends early is ErrShortRead,
 // one that runs long is an error). A failed range is retried with
 // exponential backoff and full jitter on 429, 408, 5xx, transport errors,
-// short reads and stalls (no bytes for Config.StallTimeout), resuming from
-// the last byte written; other failures (4xx, invalid names, write errors
+// short reads and stalls (no bytes for Config.StallTimeout, and no call of
+// Alive by the Source, which says its server is working on the range),
+// resuming from the last byte written; other failures (4xx, invalid names, write errors
 // from the destination) end the download at once. The CRC32C of each slice
 // is computed as its bytes stream in and the slice CRCs are combined
 // arithmetically into the object's, which must match the source's. GCS
@@ -58,7 +59,9 @@
 // between reads; later rounds re-read only the units whose bytes in the
 // destination no earlier read agrees with, up to Config.ChecksumAttempts
 // rounds (default 4, with backoff between them, each counted as a
-// "checksum" retry). A link that corrupts one response in ten thus costs a
+// "checksum" retry). The range reads of those later rounds run on a context
+// for which Reread reports true, so a Source reading through a less trusted
+// copy (a peer agent's cache) can go to the origin for them. A link that corrupts one response in ten thus costs a
 // second read and a few units, not a failure. It fails with ErrChecksum
 // when the rounds run out, or at once when every unit reads the same twice
 // and the object is still wrong (the source serves those bytes). Every

@@ -51,7 +51,8 @@ type Config struct {
 	// ("full jitter"). Defaults 100ms and 10s.
 	BackoffInitial, BackoffMax time.Duration
 	// StallTimeout aborts and retries a range that receives no bytes for
-	// this long, time to first byte included. Default 20s.
+	// this long, time to first byte included, unless its Source calls
+	// Alive meanwhile. Default 20s.
 	StallTimeout time.Duration
 	// SmallObjectSize is the size up to which an object is small: its
 	// first byte takes about as long to come as its body to stream, so
@@ -242,9 +243,9 @@ func (d *Downloader) Stats() stats.Fetch {
 //
 // Failed range reads are retried per Config; a CRC32C mismatch re-reads
 // the object, whole and then the parts whose reads disagree, for up to
-// Config.ChecksumAttempts rounds. Errors: ErrGenerationChanged if the object changed
-// mid-download (also ErrNotFound if that generation is gone): Stat again
-// and restart; ErrChecksum; the last error of a range that ran out of
+// Config.ChecksumAttempts rounds, on a context marked Reread. Errors:
+// ErrGenerationChanged if the object changed mid-download (also
+// ErrNotFound if that generation is gone): Stat again and restart; ErrChecksum; the last error of a range that ran out of
 // attempts, or the first error not worth retrying (a *googleapi.Error for
 // HTTP statuses); errors from dst, wrapped and never retried; ctx's error
 // if ctx ends. After an error dst holds partial data.
@@ -275,8 +276,9 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 	order := d.tickets.Add(1)
 	units := newCheckUnits(a.Size, d.unit)
 	todo := units.all()
+	rctx := ctx // the rounds after a mismatch run on a context marked Reread
 	for try := 1; ; try++ {
-		rs, err := d.fetchRound(ctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize))
+		rs, err := d.fetchRound(rctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize))
 		if err != nil {
 			return err
 		}
@@ -301,6 +303,7 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 		if err := wait.Sleep(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
 			return err
 		}
+		rctx = withReread(ctx)
 	}
 }
 

@@ -3,7 +3,9 @@ package fetch
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -283,5 +285,79 @@ func TestSetConnectionsGrows(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Fetch: %v", err)
+	}
+}
+
+// ctxSource records a fact about the context of each range read.
+type ctxSource struct {
+	Source
+	fact  func(context.Context) bool
+	mu    sync.Mutex
+	facts []bool
+}
+
+func (s *ctxSource) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+	f := s.fact(ctx)
+	s.mu.Lock()
+	s.facts = append(s.facts, f)
+	s.mu.Unlock()
+	return s.Source.NewRangeReader(ctx, o, off, n)
+}
+
+// fetchCtxFacts fetches a 200 KiB object (4 slices of fastConfig) whose
+// CRC32C is right, or wrong if badCRC, through a ctxSource recording fact,
+// and returns the facts in order and Fetch's error.
+func fetchCtxFacts(t *testing.T, badCRC bool, fact func(context.Context) bool) ([]bool, error) {
+	t.Helper()
+	dir, root := newTestDir(t)
+	data := emulator.Pattern(10, 200<<10)
+	writeFile(t, root, "b/f", data, t0)
+	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a = withCRC(a, data)
+	if badCRC {
+		a.CRC32C ^= 1
+	}
+	src := &ctxSource{Source: dir, fact: fact}
+	got, err := fetchFile(t, newDownloader(t, src, fastConfig()), a, nil)
+	if err == nil {
+		checkBytes(t, "Fetch", got, data)
+	}
+	return src.facts, err
+}
+
+// TestFetchRereadMarksContext: the first round's range reads run on an
+// unmarked context, the re-reads after a CRC32C mismatch on one marked
+// Reread.
+func TestFetchRereadMarksContext(t *testing.T) {
+	if Reread(context.Background()) {
+		t.Error("Reread(Background) = true; want false")
+	}
+	// Every round mismatches: two rounds, then the same bytes twice.
+	marks, err := fetchCtxFacts(t, true, Reread)
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
+	}
+	if want := []bool{false, false, false, false, true, true, true, true}; !slices.Equal(marks, want) {
+		t.Errorf("Reread per range read = %v; want %v", marks, want)
+	}
+}
+
+// TestFetchAlive: every range read's context carries the keep-alive that
+// Alive calls, and Alive elsewhere does nothing.
+func TestFetchAlive(t *testing.T) {
+	Alive(context.Background())
+	marked, err := fetchCtxFacts(t, false, func(ctx context.Context) bool {
+		Alive(ctx)
+		_, ok := ctx.Value(aliveKey{}).(func())
+		return ok
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(marked) != 4 || slices.Contains(marked, false) {
+		t.Errorf("keep-alive in range reads' contexts: %v; want 4 x true", marked)
 	}
 }

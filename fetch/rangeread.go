@@ -127,7 +127,13 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 	asked := n - start
 	requested := time.Now()
 	defer s.receiving(time.Time{}) // no rate between attempts
-	r, err := d.src.NewRangeReader(rctx, o, s.off+start, asked)
+	alive := func() {
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+	}
+	r, err := d.src.NewRangeReader(withAlive(rctx, alive), o, s.off+start, asked)
 	if err != nil {
 		return err
 	}
@@ -177,10 +183,7 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 			done = s.done
 			s.mu.Unlock()
 			d.stats.bytes.Add(int64(m))
-			select {
-			case progress <- struct{}{}:
-			default:
-			}
+			alive()
 		}
 		switch {
 		case rerr == io.EOF && done < n:

@@ -1,0 +1,161 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// fromPeer asks candidate c (state p) for req's bytes. On success it
+// returns the body as a reader; otherwise why the peer failed (the peer is
+// cooled down for refusals, timeouts and wrong answers).
+func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
+	done := s.forward(req.obj)
+	rctx, cancel := context.WithCancelCause(ctx)
+	r, cause, err := s.ask(rctx, cancel, c, p, req)
+	if err != nil {
+		cancel(nil)
+		done()
+		if ctx.Err() == nil && cause != CauseNotFound && cause != CauseLoop {
+			p.cool(s.now(), s.cfg.CoolDown)
+		}
+		return nil, cause, err
+	}
+	r.done = func() {
+		cancel(nil)
+		done()
+	}
+	r.fail = func() {
+		if ctx.Err() != nil {
+			return // the caller gave up: not the peer's failure
+		}
+		cause := CauseBadResponse // a body cut short
+		if errors.Is(context.Cause(rctx), errStalled) {
+			cause = CauseTimeout
+		}
+		s.errs[cause].Add(1)
+		p.cool(s.now(), s.cfg.CoolDown)
+	}
+	return r, 0, nil
+}
+
+// ask sends the request on rctx (cancel cancels it) and checks the answer.
+func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Candidate, p *peerState, req request) (*peerReader, Cause, error) {
+	hr, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+c.Addr+Path+"?"+req.query(), nil)
+	if err != nil {
+		return nil, CauseBadResponse, fmt.Errorf("peer %s: %w", c.Name, err)
+	}
+	if err := sign(s.cfg.Key, hr, s.now()); err != nil {
+		return nil, CauseRefused, err
+	}
+	// The first-byte timer runs from the request to its first event, and
+	// again from each heartbeat to the next event.
+	wait := p.firstByteTimeout(s.cfg.FirstByteFloor, s.cfg.FirstByteMax, s.cfg.FirstByteFactor)
+	timer := time.AfterFunc(wait, func() { cancel(errFirstByte) })
+	var last atomic.Int64
+	last.Store(time.Now().UnixNano())
+	event := func() {
+		now := time.Now().UnixNano()
+		p.observe(time.Duration(now - last.Swap(now)))
+	}
+	hr = hr.WithContext(httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+			event()
+			timer.Reset(wait)
+			fetch.Alive(rctx) // the owner is filling: not a stall
+			return nil
+		},
+	}))
+	resp, err := s.client.Do(hr)
+	timer.Stop()
+	if err != nil {
+		return nil, classify(rctx, err), fmt.Errorf("peer %s: %w", c.Name, err)
+	}
+	event()
+	if cause, err := check(resp, req); err != nil {
+		resp.Body.Close()
+		return nil, cause, fmt.Errorf("peer %s: %s: %w", c.Name, req.obj, err)
+	}
+	return &peerReader{body: resp.Body, p: p, name: c.Name, o: req.obj,
+		stall: time.AfterFunc(s.cfg.StallTimeout, func() { cancel(errStalled) }),
+		wait:  s.cfg.StallTimeout}, 0, nil
+}
+
+// errBadAnswer means a peer answered something other than what was asked.
+var errBadAnswer = errors.New("peer: wrong answer")
+
+// check accepts only a 200 with exactly req's length of req's generation.
+func check(resp *http.Response, req request) (Cause, error) {
+	if resp.StatusCode != http.StatusOK {
+		return causeOf(resp.StatusCode), fmt.Errorf("%w: status %s", errBadAnswer, resp.Status)
+	}
+	if resp.ContentLength != req.n {
+		return CauseBadResponse, fmt.Errorf("%w: %d bytes, asked %d", errBadAnswer, resp.ContentLength, req.n)
+	}
+	if g := resp.Header.Get(headerGeneration); g != strconv.FormatInt(req.obj.Generation, 10) {
+		return CauseBadResponse, fmt.Errorf("%w: generation %.24q", errBadAnswer, g)
+	}
+	return 0, nil
+}
+
+// classify says why a request that got no answer failed.
+func classify(rctx context.Context, err error) Cause {
+	if c := context.Cause(rctx); errors.Is(c, errFirstByte) {
+		return CauseTimeout
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return CauseTimeout
+	}
+	return CauseRefused // refused, reset, unreachable: the peer could not be talked to
+}
+
+// peerReader is a peer's body. A stall timer cancels the request when no
+// bytes come for the stall timeout; errors wrap io.ErrUnexpectedEOF, which
+// the fetch.Downloader retries from the last byte it wrote.
+type peerReader struct {
+	body  io.ReadCloser
+	stall *time.Timer
+	wait  time.Duration
+	p     *peerState
+	name  string
+	o     fetch.Object
+	// Set by fromPeer: done ends the request and the forward; fail counts
+	// a failure of the body against the peer.
+	done, fail func()
+
+	once sync.Once
+}
+
+func (r *peerReader) Read(b []byte) (int, error) {
+	n, err := r.body.Read(b)
+	if n > 0 {
+		r.stall.Reset(r.wait)
+		r.p.bytes.Add(int64(n))
+	}
+	if err == nil || err == io.EOF {
+		return n, err
+	}
+	r.fail()
+	return n, fmt.Errorf("peer %s: read %s: %w: %w", r.name, r.o, io.ErrUnexpectedEOF, err)
+}
+
+// Close ends the request; a body not read to its end drops the connection.
+func (r *peerReader) Close() error {
+	r.once.Do(func() {
+		r.stall.Stop()
+		r.done()
+	})
+	return r.body.Close()
+}

@@ -1,0 +1,148 @@
+// Package peer is the data plane of a cacheagent fleet: the agents of one
+// cluster read object bytes from each other's caches over authenticated
+// HTTP range requests instead of each reading them from GCS.
+//
+// A [Server] (an http.Handler) serves exactly the requested bytes of
+// exactly the requested generation from the local tier, filling a miss
+// from GCS once however many peers ask (the tier's fills are single
+// flight). A [Source] is a fetch.Source decorator: Stat and List always go
+// to the wrapped origin (GCS), so the generation and the CRC32C an object
+// is verified against are GCS's word, never a peer's; NewRangeReader asks
+// the object's owners first and falls back to the origin. Every object
+// assembled from peer bytes is verified against the origin's CRC32C by the
+// fetch.Downloader before the tier publishes it, as every download is.
+//
+// # Ownership
+//
+// Ownership is per whole object: the placement key of an object is
+// (bucket, name, generation, chunk 0), see [ObjectKey], because the tier
+// stores and fills whole objects, so an owner holds all of an object or
+// none of it. Owning chunks (placement.DefaultChunkSize stripes), so that
+// one hot object spreads over every node's uplink, is future work for the
+// fleet's hot-spot goal; the request already carries any byte range, so
+// chunked ownership changes the key, not the protocol.
+//
+// # Protocol
+//
+//	GET /v1/peer/object?b=BUCKET&o=NAME&gen=GENERATION&off=OFFSET&n=LENGTH
+//
+// A 200 answer carries exactly n bytes (Content-Length: n) of generation
+// gen starting at off, with the generation echoed in the
+// Cacheagent-Generation header. A miss is filled before the answer; while
+// the fill runs, the server sends a 102 Processing informational response
+// every [ServerConfig].Heartbeat, so the requester can tell a busy owner
+// from a stalled one. Other answers: 400 for malformed parameters (names
+// with NUL or other control characters, "." or ".." segments, names over
+// 1024 bytes, a zero generation, ranges past 2^40), 401 for a missing or
+// bad MAC, 403 for a bucket not in the server's allowed list (the daemon's
+// sources), 404 for a generation the server cannot get (never another
+// generation instead), 409 when the server is itself forwarding that
+// object to a peer (see Loops), 416 for a range past the end of the
+// object, 503 while the replay cache is full, 502 for any other failure
+// to fill.
+//
+// There is no per-response CRC32C: computing it means reading the bytes
+// before sending them, which gives up sendfile, and it would be the peer's
+// word about its own bytes. The requester checks the whole object against
+// GCS's CRC32C instead.
+//
+// # Authentication
+//
+// Every request carries three headers: Cacheagent-Time (Unix time in
+// milliseconds), Cacheagent-Nonce (16 random bytes, hex) and Cacheagent-Mac,
+// the hex HMAC-SHA256, keyed with the fleet's shared key (at least 16
+// bytes), of
+//
+//	"cacheagent-peer-v1\n" + method + "\n" + request URI (path and query, as sent) + "\n" + time + "\n" + nonce
+//
+// The server recomputes the MAC and compares it in constant time, rejects
+// a time more than [ServerConfig].MaxSkew away from its own clock, and
+// remembers each accepted nonce for twice that window, rejecting a second
+// use: a captured request cannot be replayed. Only requests with a valid
+// MAC reach the nonce cache, so strangers cannot fill it. Answers are not
+// authenticated: an attacker able to rewrite TCP streams between agents
+// could send forged bytes whose CRC32C matches (CRC32C is not a MAC);
+// against that, the peer port needs TLS, which is future work. The key
+// keeps nodes without it from reading cached objects (the peer port is
+// not a way around GCS IAM), and the bucket list keeps any node from
+// reading buckets outside the configured sources.
+//
+// # Fallback
+//
+// For a range read the Source asks [Owners] for the object's candidates,
+// best first, and tries up to [Config].MaxPeers of them, stopping at this
+// node itself (its own fill is the one origin read). A candidate that
+// refuses the connection, sends no response within the first-byte
+// timeout, stalls mid-body for [Config].StallTimeout, or answers anything
+// but the exact range of the exact generation is skipped for the next,
+// then the origin. The first-byte timeout is max(FirstByteFloor,
+// FirstByteFactor x estimate) capped at FirstByteMax, where the estimate
+// is the 99th percentile of the last 64 gaps between request, heartbeats
+// and response seen from that peer. A peer that refused, timed out or
+// misbehaved is skipped without a request for [Config].CoolDown, so a dead
+// owner costs one timeout per requester, not one per range, until
+// membership drops it. A 404 goes straight to the origin, which has the
+// last word on a generation. A reader that fails mid-body returns an error
+// wrapping io.ErrUnexpectedEOF, which the fetch.Downloader retries from
+// the last byte it wrote, asking the Source again.
+//
+// Fallbacks to the origin (after a peer was tried or skipped) take a token
+// from a bucket of FallbackRate per second; when it is empty, the read
+// waits for a token (bounded by its context) rather than going to GCS
+// anyway. The bucket exists for the moment many owners fail at once and
+// every node turns to GCS together; a limit that yields exactly then would
+// be no limit, and GCS's own answer to that herd is 429s and backoff,
+// which cost every reader more than a short local wait. Reads that are the
+// owner's own (this node owns the object, a peer's miss being filled, a
+// checksum re-read) are never limited: they are the one origin read per
+// object the fleet means to make.
+//
+// # Loops
+//
+// A fill the Server starts for a peer runs on a context marked with
+// [WithNoForward]; the Source sends such reads to the origin, so two nodes
+// that disagree about the owner during churn never forward a peer's miss
+// back and forth. A peer's request may still join a fill this node started
+// for its own readers, which may be waiting on a peer in turn; if that
+// peer's fill waits on this node, the two would wait on each other. So a
+// Server whose node is forwarding the same object (a Downloader's fill of
+// it that reads from peers is running, or its Source has a peer request
+// for it in flight) answers 409 at once: every node marks its forward
+// before sending it, so in any cycle of fills the node that checks last
+// sees its own mark, and the cycle breaks.
+//
+// # Connection budgets
+//
+// A node's tier fills through a [Downloader], which splits its fills over
+// two fetch.Downloaders with connection budgets of their own: fills that
+// read the origin (for peers, and of objects this node owns) and fills
+// that read from peers. With one budget, a fleet under load deadlocks:
+// every connection of A waits on a fill of B that waits for a connection
+// of B, each held by a read waiting on a fill of A. Only a pair of
+// disagreeing owners can still wait on each other through the budget for
+// peer reads, and only until the fetch.Downloader's stall timeout.
+//
+// # Corrupt peers
+//
+// A mismatch of the assembled object's CRC32C makes the Downloader read
+// it again, on a context marked fetch.Reread: the Source sends those
+// reads to the origin, so a peer that keeps serving bad bytes costs one
+// extra read of the object and never fails it.
+//
+// # Concurrency
+//
+// Server and Source are safe for concurrent use. A Source's readers
+// belong to their callers and must be closed; Source.Close closes idle
+// connections. The Server starts one goroutine per request (the cache
+// Open it waits on, sending heartbeats meanwhile) and waits for it before
+// returning.
+//
+// # Waiting on an owner's fill
+//
+// Each heartbeat also calls fetch.Alive, so the requester's
+// fetch.Downloader does not take a long fill for a stall. The wait is
+// still bounded: the owner's own Downloader aborts a fill that stalls, and
+// the requester then gets a 502 and goes to the next candidate or GCS.
+// While the owner fills a large object whole, its requesters get no bytes;
+// chunked ownership would let them start sooner.
+package peer

@@ -1,0 +1,154 @@
+package peer
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet/placement"
+)
+
+// Path is the URL path of the object endpoint.
+const Path = "/v1/peer/object"
+
+// Request limits.
+const (
+	// maxQuery bounds the raw query string, in bytes.
+	maxQuery = 4096
+	// maxName is the longest object name, in bytes (GCS's limit).
+	maxName = 1024
+	// maxBucket is the longest bucket name, in bytes (GCS's limit).
+	maxBucket = 222
+	// maxRange bounds off and off+n: 1 TiB, past any object GCS stores (5 TiB
+	// is GCS's limit, but not for objects an agent caches whole).
+	maxRange = 1 << 40
+)
+
+// request is one range request's parameters.
+type request struct {
+	obj    fetch.Object
+	off, n int64
+}
+
+// ObjectKey returns the placement key of object o: ownership is per whole
+// object, so the key is (bucket, name, generation, chunk 0).
+func ObjectKey(o fetch.Object) placement.Key {
+	return placement.Key{Bucket: o.Bucket, Object: o.Name, Generation: o.Generation}
+}
+
+// query encodes r as the endpoint's query string.
+func (r request) query() string {
+	v := url.Values{}
+	v.Set("b", r.obj.Bucket)
+	v.Set("o", r.obj.Name)
+	v.Set("gen", strconv.FormatInt(r.obj.Generation, 10))
+	v.Set("off", strconv.FormatInt(r.off, 10))
+	v.Set("n", strconv.FormatInt(r.n, 10))
+	return v.Encode()
+}
+
+// parseRequest decodes and checks a raw query string. Every parameter must
+// appear exactly once and no other may; errors wrap ErrBadRequest.
+func parseRequest(raw string) (request, error) {
+	if len(raw) > maxQuery {
+		return request{}, fmt.Errorf("%w: query of %d bytes", ErrBadRequest, len(raw))
+	}
+	v, err := url.ParseQuery(raw)
+	if err != nil {
+		return request{}, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	get := func(k string) (string, error) {
+		switch vs := v[k]; len(vs) {
+		case 0:
+			return "", fmt.Errorf("%w: missing %q", ErrBadRequest, k)
+		case 1:
+			return vs[0], nil
+		}
+		return "", fmt.Errorf("%w: repeated %q", ErrBadRequest, k)
+	}
+	var r request
+	var ints [3]int64
+	for i, k := range []string{"gen", "off", "n"} {
+		s, err := get(k)
+		if err != nil {
+			return request{}, err
+		}
+		if ints[i], err = parseUint(s); err != nil {
+			return request{}, fmt.Errorf("%w: %s: %w", ErrBadRequest, k, err)
+		}
+	}
+	r.obj.Generation, r.off, r.n = ints[0], ints[1], ints[2]
+	if r.obj.Bucket, err = get("b"); err != nil {
+		return request{}, err
+	}
+	if r.obj.Name, err = get("o"); err != nil {
+		return request{}, err
+	}
+	if len(v) != 5 {
+		return request{}, fmt.Errorf("%w: %d parameters, want b, o, gen, off, n", ErrBadRequest, len(v))
+	}
+	if err := r.check(); err != nil {
+		return request{}, err
+	}
+	return r, nil
+}
+
+// parseUint parses a canonical non-negative decimal int64.
+func parseUint(s string) (int64, error) {
+	if s == "" || len(s) > 19 || (len(s) > 1 && s[0] == '0') || strings.TrimLeft(s, "0123456789") != "" {
+		return 0, fmt.Errorf("not a canonical decimal: %.24q", s)
+	}
+	return strconv.ParseInt(s, 10, 64)
+}
+
+// check reports whether r may be served at all, wrapping ErrBadRequest.
+func (r request) check() error {
+	if err := checkObject(r.obj); err != nil {
+		return err
+	}
+	switch {
+	case r.obj.Generation <= 0:
+		return fmt.Errorf("%w: generation %d", ErrBadRequest, r.obj.Generation)
+	case r.n <= 0:
+		return fmt.Errorf("%w: length %d", ErrBadRequest, r.n)
+	case r.off > maxRange || r.n > maxRange-r.off:
+		return fmt.Errorf("%w: range %d+%d past %d", ErrBadRequest, r.off, r.n, int64(maxRange))
+	}
+	return nil
+}
+
+// checkObject returns an error wrapping ErrBadRequest unless o's bucket
+// and name are ones the data plane carries: a GCS-shaped bucket, and a name
+// of valid UTF-8 without control characters and without "." or ".."
+// segments. The cache stores objects by hash, so such names are harmless
+// there; they are refused here because no dataset needs them and a peer
+// port should take no more than it needs. A Source sends objects failing
+// this check straight to the origin.
+func checkObject(o fetch.Object) error {
+	b, name := o.Bucket, o.Name
+	if len(b) < 3 || len(b) > maxBucket {
+		return fmt.Errorf("%w: bucket of %d bytes", ErrBadRequest, len(b))
+	}
+	for i := range len(b) {
+		if c := b[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%w: bucket %.64q: character %q", ErrBadRequest, b, c)
+		}
+	}
+	switch {
+	case name == "" || len(name) > maxName:
+		return fmt.Errorf("%w: object name of %d bytes", ErrBadRequest, len(name))
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: object name %.64q: not UTF-8", ErrBadRequest, name)
+	case strings.ContainsFunc(name, func(c rune) bool { return c < 0x20 || c == 0x7f }):
+		return fmt.Errorf("%w: object name %.64q: control character", ErrBadRequest, name)
+	}
+	for seg := range strings.SplitSeq(name, "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("%w: object name %.64q: %q segment", ErrBadRequest, name, seg)
+		}
+	}
+	return nil
+}

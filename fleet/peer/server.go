@@ -1,0 +1,269 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// Defaults for the zero fields of ServerConfig.
+const (
+	DefaultMaxSkew   = 30 * time.Second
+	DefaultHeartbeat = 250 * time.Millisecond
+)
+
+// Cache is what a Server serves from: a tier.Cache.
+type Cache interface {
+	Open(ctx context.Context, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error)
+}
+
+// Forwarder reports whether this node is reading object o from a peer
+// right now; a Source is one.
+type Forwarder interface {
+	Forwarding(o fetch.Object) bool
+}
+
+// ServerConfig configures NewServer.
+type ServerConfig struct {
+	// Key is the fleet's shared data-plane key, at least MinKeyLen bytes.
+	// Required.
+	Key []byte
+	// Cache is the local cache served from. Required.
+	Cache Cache
+	// Buckets are the buckets peers may read (the daemon's sources);
+	// requests for any other get 403. Empty allows none.
+	Buckets []string
+	// MaxSkew is how far a request's time may be from the server's clock.
+	// Default 30s.
+	MaxSkew time.Duration
+	// Heartbeat is the interval of 102 Processing answers while a miss is
+	// filled; keep it well under the requesters' FirstByteFloor. Default
+	// 250ms.
+	Heartbeat time.Duration
+	// Forwarding, if set, is this node's Source: a request for an object
+	// it is reading from a peer gets 409 (see the package doc, Loops).
+	Forwarding Forwarder
+	// Log receives warnings; nil discards them.
+	Log *slog.Logger
+	// CorruptForTest, if set, is called with every buffer of bytes before
+	// it is sent (and turns off sendfile): tests flip bytes with it to play
+	// a corrupt peer. Never set it outside tests.
+	CorruptForTest func(o fetch.Object, off int64, p []byte)
+}
+
+// Server answers peers' range requests from the local cache. It is an
+// http.Handler, safe for concurrent use; run it in an http.Server with a
+// ReadHeaderTimeout, on the fleet's peer_listen address.
+type Server struct {
+	// Immutable after NewServer.
+	cfg     ServerConfig
+	buckets map[string]bool
+	auth    *verifier
+	log     *slog.Logger
+	now     func() time.Time // the clock requests' times are checked against
+
+	bytes    atomic.Int64
+	outcomes [numOutcomes]atomic.Int64
+}
+
+var (
+	_ http.Handler = (*Server)(nil)
+	_ Cache        = (*tier.Cache)(nil)
+)
+
+// NewServer returns a Server configured by cfg. It fails with ErrConfig or
+// ErrBadKey.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	if err := checkKey(cfg.Key); err != nil {
+		return nil, err
+	}
+	if cfg.Cache == nil {
+		return nil, fmt.Errorf("%w: nil Cache", ErrConfig)
+	}
+	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 {
+		return nil, fmt.Errorf("%w: negative MaxSkew or Heartbeat", ErrConfig)
+	}
+	if cfg.MaxSkew == 0 {
+		cfg.MaxSkew = DefaultMaxSkew
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	cfg.Key = slices.Clone(cfg.Key)
+	s := &Server{cfg: cfg, buckets: make(map[string]bool), log: cfg.Log, now: time.Now}
+	for _, b := range cfg.Buckets {
+		s.buckets[b] = true
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.auth = newVerifier(cfg.Key, cfg.MaxSkew)
+	return s, nil
+}
+
+// ServeHTTP answers one request (see the package doc for the protocol).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	out, err := s.serve(w, r)
+	s.outcomes[out].Add(1)
+	switch {
+	case err == nil || out == outcomeOK:
+	case out == outcomeAuth:
+		// Why is for the log: a stranger learns nothing, not even the
+		// server's clock.
+		s.log.Debug("peer: request refused", "remote", r.RemoteAddr, "err", err)
+		http.Error(w, ErrAuth.Error(), out.status())
+	default:
+		http.Error(w, err.Error(), out.status())
+	}
+}
+
+// serve does ServeHTTP's work and says how it ended; it has written the
+// answer itself when the outcome is outcomeOK or err is nil.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) {
+	switch {
+	case r.URL.Path != Path:
+		return outcomeNotFound, fmt.Errorf("no endpoint %q", r.URL.Path)
+	case r.Method != http.MethodGet:
+		return outcomeBadRequest, fmt.Errorf("%w: method %s", ErrBadRequest, r.Method)
+	}
+	if err := s.auth.verify(r, s.now()); errors.Is(err, ErrBusy) {
+		return outcomeBusy, err
+	} else if err != nil {
+		return outcomeAuth, err
+	}
+	req, err := parseRequest(r.URL.RawQuery)
+	if err != nil {
+		return outcomeBadRequest, err
+	}
+	if !s.buckets[req.obj.Bucket] {
+		return outcomeForbidden, fmt.Errorf("bucket %q is not served", req.obj.Bucket)
+	}
+	if f := s.cfg.Forwarding; f != nil && f.Forwarding(req.obj) {
+		return outcomeLoop, fmt.Errorf("%s is being read from a peer here", req.obj)
+	}
+	h, err := s.open(WithNoForward(r.Context()), w, req.obj)
+	switch {
+	case r.Context().Err() != nil:
+		if err == nil {
+			h.Close()
+		}
+		return outcomeGone, nil // nobody to answer
+	case errors.Is(err, fetch.ErrNotFound), errors.Is(err, fetch.ErrGenerationChanged):
+		return outcomeNotFound, fmt.Errorf("%s: %w", req.obj, fetch.ErrNotFound)
+	case err != nil:
+		s.log.Warn("peer: fill for a peer failed", "object", req.obj.String(), "err", err)
+		return outcomeError, fmt.Errorf("open %s: %w", req.obj, err)
+	}
+	defer h.Close()
+	if a := h.Attrs(); a.Generation != req.obj.Generation {
+		return outcomeNotFound, fmt.Errorf("%s: cache holds generation %d", req.obj, a.Generation)
+	} else if req.off > a.Size || req.n > a.Size-req.off {
+		return outcomeRange, fmt.Errorf("range %d+%d past the end of %s (%d bytes)", req.off, req.n, req.obj, a.Size)
+	}
+	return s.send(w, h, req)
+}
+
+// open opens o through the cache, answering 102 Processing every
+// Heartbeat while that waits for a fill. It waits for the goroutine it
+// starts.
+func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object) (*tier.Handle, error) {
+	type result struct {
+		h   *tier.Handle
+		err error
+	}
+	ch := make(chan result, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		h, err := s.cfg.Cache.Open(ctx, o)
+		ch <- result{h, err}
+	})
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case res := <-ch:
+			return res.h, res.err
+		case <-t.C:
+			w.WriteHeader(http.StatusProcessing) // the header map is still empty
+		}
+	}
+}
+
+// send writes the 200 answer: req's bytes from h's file.
+func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request) (outcome, error) {
+	// A second descriptor on the handle's file (kept from eviction by h),
+	// so the response writer can sendfile from it.
+	f, err := os.Open(h.Path())
+	if err != nil {
+		return outcomeError, fmt.Errorf("open cached %s: %w", req.obj, err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(req.off, io.SeekStart); err != nil {
+		return outcomeError, fmt.Errorf("seek cached %s: %w", req.obj, err)
+	}
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Length", strconv.FormatInt(req.n, 10))
+	hd.Set(headerGeneration, strconv.FormatInt(req.obj.Generation, 10))
+	w.WriteHeader(http.StatusOK)
+	var src io.Reader = io.LimitReader(f, req.n)
+	if c := s.cfg.CorruptForTest; c != nil {
+		src = &corrupting{r: src, o: req.obj, off: req.off, fn: c}
+	}
+	n, err := io.Copy(w, src)
+	s.bytes.Add(n)
+	if err != nil {
+		// The status is sent: the requester sees a short body.
+		return outcomeOK, fmt.Errorf("send %s: %w", req.obj, err)
+	}
+	return outcomeOK, nil
+}
+
+// corrupting passes its reader's bytes through the CorruptForTest hook.
+type corrupting struct {
+	r   io.Reader
+	o   fetch.Object
+	off int64
+	fn  func(fetch.Object, int64, []byte)
+}
+
+func (c *corrupting) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	if n > 0 {
+		c.fn(c.o, c.off, p[:n])
+		c.off += int64(n)
+	}
+	return n, err
+}
+
+// ServerStats are a Server's counters since NewServer.
+type ServerStats struct {
+	// BytesServed is the number of object bytes sent to peers.
+	BytesServed int64 `json:"bytes_served"`
+	// Requests counts answered requests by outcome: ok, bad_request,
+	// auth, forbidden, not_found, loop, range, busy, error, gone (the
+	// requester left before the answer).
+	Requests map[string]int64 `json:"requests"`
+}
+
+// Stats returns a snapshot of the Server's counters.
+func (s *Server) Stats() ServerStats {
+	st := ServerStats{BytesServed: s.bytes.Load(), Requests: make(map[string]int64, numOutcomes)}
+	for i := range s.outcomes {
+		st.Requests[outcome(i).String()] = s.outcomes[i].Load()
+	}
+	return st
+}

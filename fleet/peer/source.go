@@ -1,0 +1,333 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	DefaultMaxPeers        = 2
+	DefaultConnectTimeout  = time.Second
+	DefaultFirstByteFloor  = time.Second
+	DefaultFirstByteFactor = 4
+	DefaultFirstByteMax    = 10 * time.Second
+	DefaultStallTimeout    = 2 * time.Second
+	DefaultCoolDown        = 3 * time.Second
+	DefaultFallbackRate    = 50
+	DefaultFallbackBurst   = 100
+)
+
+// Config configures New. The zero value of each field but Key and Owners
+// selects its default; negative values are invalid.
+type Config struct {
+	// Key is the fleet's shared data-plane key, at least MinKeyLen bytes.
+	// Required.
+	Key []byte
+	// Owners ranks the candidates for each object. Required.
+	Owners Owners
+	// MaxPeers is how many candidates a range read tries before the
+	// origin. Default 2.
+	MaxPeers int
+	// ConnectTimeout bounds connecting to a peer. Default 1s.
+	ConnectTimeout time.Duration
+	// FirstByteFloor, FirstByteFactor and FirstByteMax set how long a
+	// request waits for a peer's next answer (a heartbeat or the
+	// response): FirstByteFactor times the peer's estimated p99, at least
+	// FirstByteFloor and at most FirstByteMax. Defaults 1s, 4, 10s.
+	FirstByteFloor  time.Duration
+	FirstByteFactor float64
+	FirstByteMax    time.Duration
+	// StallTimeout aborts a peer's body that delivers no bytes for this
+	// long. Default 2s.
+	StallTimeout time.Duration
+	// CoolDown is how long a peer that refused, timed out or answered
+	// wrongly is skipped without a request. Default 3s.
+	CoolDown time.Duration
+	// FallbackRate and FallbackBurst size the token bucket of range reads
+	// sent to the origin after a peer failed or was skipped: tokens per
+	// second and bucket size. Defaults 50 and 100.
+	FallbackRate  float64
+	FallbackBurst int
+}
+
+// withDefaults validates c and fills in its zero fields.
+func (c Config) withDefaults() (Config, error) {
+	if err := checkKey(c.Key); err != nil {
+		return c, err
+	}
+	if c.Owners == nil {
+		return c, fmt.Errorf("%w: nil Owners", ErrConfig)
+	}
+	if c.MaxPeers < 0 || c.ConnectTimeout < 0 || c.FirstByteFloor < 0 || c.FirstByteFactor < 0 ||
+		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 {
+		return c, fmt.Errorf("%w: negative value", ErrConfig)
+	}
+	c.Key = slices.Clone(c.Key)
+	setDefault(&c.MaxPeers, DefaultMaxPeers)
+	setDefault(&c.ConnectTimeout, DefaultConnectTimeout)
+	setDefault(&c.FirstByteFloor, DefaultFirstByteFloor)
+	setDefault(&c.FirstByteFactor, DefaultFirstByteFactor)
+	setDefault(&c.FirstByteMax, max(DefaultFirstByteMax, c.FirstByteFloor))
+	setDefault(&c.StallTimeout, DefaultStallTimeout)
+	setDefault(&c.CoolDown, DefaultCoolDown)
+	setDefault(&c.FallbackRate, DefaultFallbackRate)
+	setDefault(&c.FallbackBurst, DefaultFallbackBurst)
+	if c.FirstByteMax < c.FirstByteFloor {
+		return c, fmt.Errorf("%w: FirstByteMax %v < FirstByteFloor %v", ErrConfig, c.FirstByteMax, c.FirstByteFloor)
+	}
+	return c, nil
+}
+
+// setDefault sets *v to d if it is zero.
+func setDefault[T comparable](v *T, d T) {
+	var zero T
+	if *v == zero {
+		*v = d
+	}
+}
+
+// Source is a fetch.Source that reads ranges from the objects' owners in
+// the fleet, falling back to its origin (see the package doc). Stat and
+// List go to the origin. Create it with New; it is safe for concurrent use.
+type Source struct {
+	// Immutable after New.
+	origin    fetch.Source
+	cfg       Config
+	transport *http.Transport
+	client    *http.Client
+	limiter   *rate.Limiter
+	now       func() time.Time // the clock for signing and cool-downs
+
+	peersMu sync.Mutex
+	peers   map[string]*peerState // by member name; guarded by peersMu
+
+	fwdMu sync.Mutex
+	fwd   map[fetch.Object]int // peer reads in flight per object; guarded by fwdMu
+
+	originBytes   atomic.Int64
+	fallbacks     atomic.Int64
+	fallbackWaits atomic.Int64
+	errs          [numCauses]atomic.Int64
+}
+
+var (
+	_ fetch.Source = (*Source)(nil)
+	_ Forwarder    = (*Source)(nil)
+)
+
+// New returns a Source over origin configured by cfg. It fails with
+// ErrConfig or ErrBadKey.
+func New(origin fetch.Source, cfg Config) (*Source, error) {
+	if origin == nil {
+		return nil, fmt.Errorf("%w: nil origin", ErrConfig)
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	t := &http.Transport{
+		Proxy:               nil, // peers are never reached through a proxy
+		DialContext:         (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Source{
+		origin: origin, cfg: cfg, transport: t,
+		client:  &http.Client{Transport: t, CheckRedirect: noRedirect},
+		limiter: rate.NewLimiter(rate.Limit(cfg.FallbackRate), cfg.FallbackBurst),
+		now:     time.Now,
+		peers:   make(map[string]*peerState),
+		fwd:     make(map[fetch.Object]int),
+	}, nil
+}
+
+// noRedirect makes the client return a redirect as the answer: a peer
+// never redirects, and one that does answers wrongly.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Close closes the Source's idle connections to peers. Readers still open
+// keep working.
+func (s *Source) Close() error {
+	s.transport.CloseIdleConnections()
+	return nil
+}
+
+// Stat returns the origin's attributes of o.
+func (s *Source) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) {
+	return s.origin.Stat(ctx, o)
+}
+
+// List lists the origin's objects.
+func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
+	return s.origin.List(ctx, bucket, prefix)
+}
+
+// NewRangeReader reads n bytes at off of exactly generation o.Generation:
+// from the object's owners, up to Config.MaxPeers of them, then from the
+// origin. Reads on a context marked WithNoForward or fetch.Reread, reads
+// of this node's own objects and unpinned (generation 0) reads go to the
+// origin directly.
+func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+	if n <= 0 || o.Generation <= 0 || NoForward(ctx) || fetch.Reread(ctx) ||
+		(request{obj: o, off: off, n: n}).check() != nil {
+		return s.fromOrigin(ctx, o, off, n)
+	}
+	tried := 0
+	for _, c := range s.cfg.Owners.Owners(ObjectKey(o)) {
+		if c.Self || tried == s.cfg.MaxPeers {
+			break
+		}
+		tried++
+		p := s.peer(c.Name)
+		if p.cooling(s.now()) {
+			continue
+		}
+		r, cause, err := s.fromPeer(ctx, c, p, request{obj: o, off: off, n: n})
+		if err == nil {
+			return r, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("peer %s: read %s: %w", c.Name, o, context.Cause(ctx))
+		}
+		s.errs[cause].Add(1)
+		if cause == CauseNotFound {
+			break // the origin has the last word on a generation
+		}
+	}
+	if tried > 0 {
+		s.fallbacks.Add(1)
+		if !s.limiter.Allow() {
+			s.fallbackWaits.Add(1)
+			if err := s.limiter.Wait(ctx); err != nil {
+				return nil, fmt.Errorf("peer: read %s: waiting to fall back to the origin: %w", o, err)
+			}
+		}
+	}
+	return s.fromOrigin(ctx, o, off, n)
+}
+
+// fromOrigin reads the range from the origin, counting its bytes.
+func (s *Source) fromOrigin(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+	r, err := s.origin.NewRangeReader(ctx, o, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return &countingReader{ReadCloser: r, n: &s.originBytes}, nil
+}
+
+// countingReader adds the bytes read through it to n.
+type countingReader struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	m, err := r.ReadCloser.Read(p)
+	r.n.Add(int64(m))
+	return m, err
+}
+
+// peer returns the state of the peer named name, creating it.
+func (s *Source) peer(name string) *peerState {
+	s.peersMu.Lock()
+	defer s.peersMu.Unlock()
+	p := s.peers[name]
+	if p == nil {
+		p = &peerState{}
+		s.peers[name] = p
+	}
+	return p
+}
+
+// ownedHere reports whether range reads of o go to the origin without
+// trying a peer: no candidate, or this node ranked first.
+func (s *Source) ownedHere(o fetch.Object) bool {
+	cs := s.cfg.Owners.Owners(ObjectKey(o))
+	return len(cs) == 0 || cs[0].Self
+}
+
+// Forwarding reports whether this node is reading o from a peer: a
+// Downloader's Local fill of o is running, or a range read of o from a
+// peer is in flight (requested, or its reader not yet closed).
+func (s *Source) Forwarding(o fetch.Object) bool {
+	s.fwdMu.Lock()
+	defer s.fwdMu.Unlock()
+	return s.fwd[o] > 0
+}
+
+// forward counts a peer read of o in flight until the returned func is
+// called.
+func (s *Source) forward(o fetch.Object) (done func()) {
+	s.fwdMu.Lock()
+	s.fwd[o]++
+	s.fwdMu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.fwdMu.Lock()
+			if s.fwd[o]--; s.fwd[o] == 0 {
+				delete(s.fwd, o)
+			}
+			s.fwdMu.Unlock()
+		})
+	}
+}
+
+// Stats are a Source's counters since New.
+type Stats struct {
+	// PeerBytes is the number of bytes received from each peer, by member
+	// name.
+	PeerBytes map[string]int64 `json:"peer_bytes"`
+	// OriginBytes is the number of bytes read from the origin (GCS).
+	OriginBytes int64 `json:"origin_bytes"`
+	// PeerErrors counts failed peer requests by Cause name; every cause is
+	// present.
+	PeerErrors map[string]int64 `json:"peer_errors"`
+	// Fallbacks is the number of range reads sent to the origin after a
+	// peer failed or was skipped; FallbackWaits, those of them that waited
+	// for the token bucket.
+	Fallbacks     int64 `json:"fallbacks"`
+	FallbackWaits int64 `json:"fallback_waits"`
+}
+
+// Stats returns a snapshot of the Source's counters.
+func (s *Source) Stats() Stats {
+	st := Stats{
+		PeerBytes:     make(map[string]int64),
+		OriginBytes:   s.originBytes.Load(),
+		PeerErrors:    make(map[string]int64, numCauses),
+		Fallbacks:     s.fallbacks.Load(),
+		FallbackWaits: s.fallbackWaits.Load(),
+	}
+	for i := range s.errs {
+		st.PeerErrors[Cause(i).String()] = s.errs[i].Load()
+	}
+	s.peersMu.Lock()
+	for name, p := range s.peers {
+		st.PeerBytes[name] = p.bytes.Load()
+	}
+	s.peersMu.Unlock()
+	return st
+}
+
+// errors used as cancellation causes of peer requests.
+var (
+	errFirstByte = errors.New("peer: no answer within the first-byte timeout")
+	errStalled   = errors.New("peer: body stalled")
+)
