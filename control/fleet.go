@@ -3,6 +3,8 @@ package control
 import (
 	"context"
 	"net/http"
+
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // FleetStatus is the fleet as this daemon sees it: GET /v1/fleet, and what
@@ -13,6 +15,9 @@ type FleetStatus struct {
 	// Members lists every member it knows, itself included, sorted by
 	// name.
 	Members []FleetMember `json:"members"`
+	// Traffic is this daemon's peer data plane: bytes from each peer and
+	// from GCS, peer errors, fallbacks, bytes served to peers.
+	Traffic stats.Fleet `json:"traffic"`
 }
 
 // FleetMember is one agent of the fleet.

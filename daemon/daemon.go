@@ -16,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/metrics"
 	"github.com/cacheagent/cacheagent/mount"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -53,6 +54,7 @@ type Daemon struct {
 	mnt      *mount.Server // nil without mount.path
 	scrub    *scrubber     // the background scrub (idle when off)
 	fleet    *fleet.Fleet  // nil without a fleet: section
+	peers    *peerPlane    // the fleet's data plane; nil without a fleet: section
 	// stopRequests cancels the context of every control request, ending
 	// lease sessions and job watches at shutdown.
 	stopRequests context.CancelFunc
@@ -128,14 +130,24 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.src, d.dl = src, dl
+	var tsrc fetch.Source = src
+	var tdl tier.Downloader = dl
+	if cfg.Fleet != nil { // the tier reads through the peers
+		p, err := newPeerPlane(src, cfg.Fleet, cfg.Fetch.Downloader())
+		if err != nil {
+			src.Close()
+			return err
+		}
+		d.peers, tsrc, tdl = p, p.src, p.dl
+	}
 	d.jobs = newJobManager(d.log)
 	d.sessions = newSessionManager(d.log)
 	d.plans = newPlanStore()
 	d.met = metrics.New(d.opts.Version, d.metricSources())
 	d.lsess = newLoaderSessions(d)
-	cache, err := tier.Open(ctx, cfg.Tier(src, d.met.WrapDownloader(dl), d.log))
+	cache, err := tier.Open(ctx, cfg.Tier(tsrc, d.met.WrapDownloader(tdl), d.log))
 	if err != nil {
-		src.Close()
+		d.closeSources()
 		return err
 	}
 	d.cache = cache
@@ -145,9 +157,26 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// closeCache closes the cache and the source.
+// closeCache closes the cache and the sources.
 func (d *Daemon) closeCache() error {
-	return errors.Join(d.cache.Close(), d.src.Close())
+	return errors.Join(d.cache.Close(), d.closeSources())
+}
+
+// closeSources closes the peer source, if any, and the GCS source.
+func (d *Daemon) closeSources() error {
+	var err error
+	if d.peers != nil {
+		err = d.peers.src.Close()
+	}
+	return errors.Join(err, d.src.Close())
+}
+
+// fetchStats returns the downloads' figures: with a fleet, both budgets'.
+func (d *Daemon) fetchStats() stats.Fetch {
+	if d.peers != nil {
+		return d.peers.fetchStats()
+	}
+	return d.dl.Stats()
 }
 
 // mount serves the cache at cfg.Mount.Path, showing the sources; with no

@@ -28,18 +28,34 @@ func (c Config) checkFleet() *fieldError {
 	return &fieldError{path: []string{"fleet"}, msg: err.Error()}
 }
 
-// startFleet joins the fleet of cfg's fleet section, if any, weighted by
-// the disk tier's budget. The cache must be open.
+// startFleet opens the peer port and joins the fleet of cfg's fleet
+// section, if any, weighted by the disk tier's budget, then serves peers
+// and reads through them. The cache must be open.
 func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	if cfg.Fleet == nil {
 		return nil
 	}
+	p := d.peers
+	if err := p.server(d.cache, sourceBuckets(cfg.Sources), d.log); err != nil {
+		return err
+	}
+	if err := p.listen(cfg.Fleet.PeerListen); err != nil {
+		return err
+	}
 	f, err := fleet.Start(ctx, *cfg.Fleet, fleet.Options{Weight: d.fleetWeight(), Version: d.opts.Version,
-		Logger: d.log})
+		PeerAddr: p.ln.Addr().String(), Logger: d.log})
 	if err != nil {
+		p.ln.Close()
 		return fmt.Errorf("daemon: fleet: %w", err)
 	}
 	d.fleet = f
+	p.owners.f.Store(f)
+	d.servers.Go(func() {
+		if err := p.http.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("peer server failed", "err", err)
+			d.failed <- fmt.Errorf("daemon: peer server: %w", err)
+		}
+	})
 	return nil
 }
 
@@ -56,12 +72,14 @@ func (d *Daemon) setFleetWeight() {
 	}
 }
 
-// closeFleet leaves the fleet, if any, within ctx.
+// closeFleet leaves the fleet, if any, within ctx, then stops answering
+// peers (the others stop asking once they see this node leave).
 func (d *Daemon) closeFleet(ctx context.Context) error {
 	if d.fleet == nil {
 		return nil
 	}
-	return d.fleet.Close(ctx)
+	d.peers.owners.f.Store(nil) // this node's reads go to GCS from now on
+	return errors.Join(d.fleet.Close(ctx), shutdown(ctx, d.peers.http))
 }
 
 // fleetStats counts the fleet's members by state; false without a fleet.
@@ -76,6 +94,7 @@ func (d *Daemon) fleetStats() (stats.Fleet, bool) {
 	for _, m := range d.fleet.Members() {
 		s.Members[string(m.State)]++
 	}
+	d.peers.stats(&s)
 	return s, true
 }
 
@@ -93,5 +112,6 @@ func (d *Daemon) handleFleet(w http.ResponseWriter, _ *http.Request) {
 		res.Members[i] = control.FleetMember{Name: m.Name, Addr: m.Addr, PeerAddr: m.PeerAddr, State: string(m.State),
 			Weight: m.Weight, OwnedShare: table.OwnedShare(m.Name), Version: m.Version}
 	}
+	res.Traffic, _ = d.fleetStats()
 	writeJSON(w, http.StatusOK, res)
 }

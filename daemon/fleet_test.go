@@ -61,7 +61,7 @@ func TestDaemonFleet(t *testing.T) {
 	}
 	cfg := testConfig(dir, emu)
 	cfg.Tiers.Disk.Max = 1 << 30
-	cfg.Fleet = &fleet.Config{Name: "node-a", Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:7947", KeyFile: key}
+	cfg.Fleet = &fleet.Config{Name: "node-a", Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", KeyFile: key}
 	d := startDaemon(t, cfg)
 	c := dial(t, d)
 	fs, err := c.Fleet(testCtx(t))
@@ -72,7 +72,7 @@ func TestDaemonFleet(t *testing.T) {
 		t.Fatalf("Fleet() = %+v; want node-a alone", fs)
 	}
 	if m := fs.Members[0]; m.Name != "node-a" || m.State != "alive" || m.Weight != 1<<30 || m.OwnedShare != 1 ||
-		m.PeerAddr != "127.0.0.1:7947" || !strings.HasPrefix(m.Addr, "127.0.0.1:") || m.Version != "test" {
+		m.PeerAddr != d.peers.ln.Addr().String() || !strings.HasPrefix(m.Addr, "127.0.0.1:") || m.Version != "test" {
 		t.Errorf("member = %+v; want node-a alive, weight 1GiB, owning everything", m)
 	}
 	st, err := c.Status(testCtx(t))
@@ -102,7 +102,7 @@ func TestDaemonFleetKeyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(dir, emu)
-	cfg.Fleet = &fleet.Config{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:7947", KeyFile: key}
+	cfg.Fleet = &fleet.Config{Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", KeyFile: key}
 	d, err := Start(testCtx(t), cfg, Options{})
 	if !errors.Is(err, fleet.ErrBadKey) {
 		if d != nil {

@@ -52,7 +52,11 @@ func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
 	}()
 	var changed []string
 	if cfg.Fetch.Connections != old.Fetch.Connections {
-		if err := d.dl.SetConnections(cfg.Fetch.Connections); err != nil {
+		set := d.dl.SetConnections
+		if d.peers != nil {
+			set = d.peers.setConnections
+		}
+		if err := set(cfg.Fetch.Connections); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		applied.Fetch.Connections = cfg.Fetch.Connections

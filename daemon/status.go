@@ -98,7 +98,7 @@ func (c *statsCache) cachedBody(epoch int64) ([]byte, bool) {
 // status assembles GET /v1/status.
 func (d *Daemon) status() control.Status {
 	cfg := d.Config()
-	fs := d.dl.Stats()
+	fs := d.fetchStats()
 	sessions, leases := d.sessions.counts()
 	var fl *stats.Fleet
 	if s, ok := d.fleetStats(); ok {
@@ -145,7 +145,7 @@ func (d *Daemon) StatusLine() string {
 func (d *Daemon) metricSources() metrics.Sources {
 	return metrics.Sources{
 		Tiers:   func() stats.Cache { return d.stats.get() },
-		Fetch:   d.dl.Stats,
+		Fetch:   d.fetchStats,
 		Pending: func() map[fetch.Priority]int { return d.jobs.pending() },
 		Leases:  d.sessions.counts,
 		Plans:   func() stats.Plan { return d.cache.PlanStats() },

@@ -6,8 +6,16 @@ import (
 	"github.com/cacheagent/cacheagent/stats"
 )
 
-// fleetMembers is the fleet's members by state.
-var fleetMembers = desc("cacheagent_fleet_members", "Fleet members this agent knows, itself included, by state (alive, suspect, dead).", "state")
+// The fleet's series: members by state, and the peer data plane's traffic.
+var (
+	fleetMembers   = desc("cacheagent_fleet_members", "Fleet members this agent knows, itself included, by state (alive, suspect, dead).", "state")
+	fleetPeerBytes = desc("cacheagent_fleet_peer_bytes_total", "Bytes this agent's reads received from each peer.", "peer")
+	fleetGCSBytes  = desc("cacheagent_fleet_origin_bytes_total", "Bytes this agent's reads received from GCS in fleet mode.")
+	fleetPeerErrs  = desc("cacheagent_fleet_peer_errors_total", "Failed peer reads by cause (refused, timeout, bad_response, auth, not_found, loop).", "cause")
+	fleetFallbacks = desc("cacheagent_fleet_fallbacks_total", "Range reads sent to GCS after a peer failed or was skipped.")
+	fleetServed    = desc("cacheagent_fleet_served_bytes_total", "Bytes this agent sent to peers.")
+	fleetServedReq = desc("cacheagent_fleet_served_requests_total", "Peer requests this agent answered, by outcome.", "outcome")
+)
 
 // fleetCollector reads the fleet's figures at scrape time; it exports
 // nothing without fleet mode. The peer data plane's series join it.
@@ -15,7 +23,12 @@ type fleetCollector struct {
 	src func() (stats.Fleet, bool)
 }
 
-func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) { ch <- fleetMembers }
+func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{fleetMembers, fleetPeerBytes, fleetGCSBytes, fleetPeerErrs, fleetFallbacks,
+		fleetServed, fleetServedReq} {
+		ch <- d
+	}
+}
 
 func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	if c.src == nil {
@@ -28,4 +41,19 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, state := range stats.FleetStates {
 		ch <- prometheus.MustNewConstMetric(fleetMembers, prometheus.GaugeValue, float64(s.Members[state]), state)
 	}
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	for p, n := range s.PeerBytes {
+		counter(fleetPeerBytes, n, p)
+	}
+	for cause, n := range s.PeerErrors {
+		counter(fleetPeerErrs, n, cause)
+	}
+	for outcome, n := range s.ServedRequests {
+		counter(fleetServedReq, n, outcome)
+	}
+	counter(fleetGCSBytes, s.OriginBytes)
+	counter(fleetFallbacks, s.Fallbacks)
+	counter(fleetServed, s.ServedBytes)
 }

@@ -99,7 +99,9 @@ func newTestServer(t *testing.T) *httptest.Server {
 				WaitOther: 250 * time.Millisecond}
 		},
 		Fleet: func() (stats.Fleet, bool) {
-			return stats.Fleet{Self: "node-a", Members: map[string]int{"alive": 2, "dead": 1}}, true
+			return stats.Fleet{Self: "node-a", Members: map[string]int{"alive": 2, "dead": 1},
+				PeerBytes: map[string]int64{"node-b": 1 << 20}, OriginBytes: 1 << 20,
+				PeerErrors: map[string]int64{"timeout": 1}, ServedRequests: map[string]int64{"ok": 3}}, true
 		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})

@@ -38,3 +38,29 @@ type Fetch struct {
 	// would otherwise idle their second half.
 	Splits int64 `json:"splits"`
 }
+
+// Add returns the figures of two downloaders together: budgets, gauges and
+// counters summed; SliceBytes is f's.
+func (f Fetch) Add(g Fetch) Fetch {
+	out := f
+	out.Connections += g.Connections
+	out.ConnsInUse += g.ConnsInUse
+	out.WaitingSlices += g.WaitingSlices
+	out.SmallWaiting += g.SmallWaiting
+	out.SmallConnsInUse += g.SmallConnsInUse
+	out.Objects += g.Objects
+	out.Failures += g.Failures
+	out.Bytes += g.Bytes
+	out.Ranges += g.Ranges
+	out.CRCFailures += g.CRCFailures
+	out.Stalls += g.Stalls
+	out.Splits += g.Splits
+	out.Retries = make(map[string]int64, len(f.Retries))
+	for k, v := range f.Retries {
+		out.Retries[k] = v
+	}
+	for k, v := range g.Retries {
+		out.Retries[k] += v
+	}
+	return out
+}

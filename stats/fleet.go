@@ -9,6 +9,21 @@ type Fleet struct {
 	// Members counts the members this agent knows, itself included, by
 	// state: "alive", "suspect" and "dead" are always present.
 	Members map[string]int `json:"members"`
+	// PeerBytes counts the bytes this agent's reads received from each
+	// peer, by member name; OriginBytes those it read from GCS.
+	PeerBytes   map[string]int64 `json:"peer_bytes"`
+	OriginBytes int64            `json:"origin_bytes"`
+	// PeerErrors counts failed peer reads by cause (refused, timeout,
+	// bad_response, auth, not_found, loop); Fallbacks the reads sent to
+	// GCS after a peer failed or was skipped, FallbackWaits those of them
+	// that waited for the fallback rate limit.
+	PeerErrors    map[string]int64 `json:"peer_errors"`
+	Fallbacks     int64            `json:"fallbacks"`
+	FallbackWaits int64            `json:"fallback_waits"`
+	// ServedBytes counts the bytes this agent sent to peers;
+	// ServedRequests its answers to them by outcome.
+	ServedBytes    int64            `json:"served_bytes"`
+	ServedRequests map[string]int64 `json:"served_requests"`
 }
 
 // FleetStates are the member states Fleet.Members counts.

@@ -71,5 +71,20 @@ func printFleet(w io.Writer, fs control.FleetStatus) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.1f%%\t%s\n", name, m.State, m.Addr, orNone(m.PeerAddr),
 			humanize.IBytes(uint64(max(m.Weight, 0))), 100*m.OwnedShare, m.Version)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	t := fs.Traffic
+	var fromPeers int64
+	for _, n := range t.PeerBytes {
+		fromPeers += n
+	}
+	var peerErrs int64
+	for _, n := range t.PeerErrors {
+		peerErrs += n
+	}
+	_, err := fmt.Fprintf(w, "\nread from peers %s, from GCS %s; served to peers %s; peer errors %d, GCS fallbacks %d\n",
+		humanize.IBytes(uint64(fromPeers)), humanize.IBytes(uint64(t.OriginBytes)),
+		humanize.IBytes(uint64(t.ServedBytes)), peerErrs, t.Fallbacks)
+	return err
 }

@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/fleet/peer"
+	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/stats"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// fleetOwnersK is how many members a peer read ranks: the owner and two to
+// fall back to (one of them may be this node, which reads GCS itself).
+const fleetOwnersK = 3
+
+// insecurePeerKey signs peer requests in a fleet configured insecure: true.
+// It is public, so such a fleet's data plane authenticates nothing, as its
+// configuration says.
+var insecurePeerKey = []byte("cacheagent insecure fleet: no authentication")
+
+// peerPlane is a fleet node's data plane: the peer Source the tier reads
+// through, the two download budgets under it, and the server that answers
+// peers' range reads from this node's tier.
+type peerPlane struct {
+	src   *peer.Source
+	local *fetch.Downloader // fills read from peers
+	owner *fetch.Downloader // fills read from GCS: owned objects and peers' misses
+	dl    *peer.Downloader
+	key   []byte
+	// owners ranks members by the fleet's current table; empty until the
+	// fleet starts (the cache opens first), so reads go to GCS meanwhile.
+	owners fleetOwners
+	srv    *peer.Server
+	http   *http.Server
+	ln     net.Listener
+}
+
+// newPeerPlane builds the client side of the data plane over gcs for the
+// fleet section fc: the Source, and the Downloaders fetch config fcfg
+// describes, one budget for peer reads and one for GCS reads.
+func newPeerPlane(gcs fetch.Source, fc *fleet.Config, fcfg fetch.Config) (*peerPlane, error) {
+	p := &peerPlane{key: insecurePeerKey}
+	if fc.KeyFile != "" {
+		secret, err := fleet.ReadKeyFile(fc.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: fleet: %w", err)
+		}
+		p.key = fleet.PeerKey(secret)
+	}
+	src, err := peer.New(gcs, peer.Config{Key: p.key, Owners: &p.owners})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: fleet: %w", err)
+	}
+	p.src = src
+	if p.local, err = fetch.NewDownloader(src, fcfg); err == nil {
+		if p.owner, err = fetch.NewDownloader(src, fcfg); err == nil {
+			p.dl, err = peer.NewDownloader(src, p.local, p.owner)
+		}
+	}
+	if err != nil {
+		src.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// listen opens the peer port, so the fleet can advertise its address.
+func (p *peerPlane) listen(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("daemon: fleet: peer_listen: %w", err)
+	}
+	p.ln = ln
+	return nil
+}
+
+// server builds the server that answers peers from cache, for the objects
+// of buckets only (the daemon serves it on the peer port).
+func (p *peerPlane) server(cache *tier.Cache, buckets []string, log *slog.Logger) error {
+	srv, err := peer.NewServer(peer.ServerConfig{Key: p.key, Cache: cache, Buckets: buckets, Forwarding: p.src,
+		Log: log})
+	if err != nil {
+		return fmt.Errorf("daemon: fleet: %w", err)
+	}
+	p.srv = srv
+	p.http = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+// stats adds the data plane's traffic to s.
+func (p *peerPlane) stats(s *stats.Fleet) {
+	st := p.src.Stats()
+	s.PeerBytes, s.OriginBytes, s.PeerErrors = st.PeerBytes, st.OriginBytes, st.PeerErrors
+	s.Fallbacks, s.FallbackWaits = st.Fallbacks, st.FallbackWaits
+	if p.srv != nil {
+		ss := p.srv.Stats()
+		s.ServedBytes, s.ServedRequests = ss.BytesServed, ss.Requests
+	}
+}
+
+// fetchStats sums the two download budgets' figures.
+func (p *peerPlane) fetchStats() stats.Fetch {
+	return p.owner.Stats().Add(p.local.Stats())
+}
+
+// setConnections applies a new connection budget to both Downloaders.
+func (p *peerPlane) setConnections(n int) error {
+	return errors.Join(p.owner.SetConnections(n), p.local.SetConnections(n))
+}
+
+// fleetOwners is peer.Owners over the fleet's current placement table.
+type fleetOwners struct {
+	f atomic.Pointer[fleet.Fleet]
+}
+
+// Owners ranks key's owners in the current table, this node marked.
+func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
+	f := o.f.Load()
+	if f == nil {
+		return nil
+	}
+	ms := f.Owners(key, fleetOwnersK)
+	out := make([]peer.Candidate, len(ms))
+	self := f.Name()
+	for i, m := range ms {
+		out[i] = peer.Candidate{Name: m.Name, Addr: m.PeerAddr, Self: m.Name == self}
+	}
+	return out
+}
+
+// sourceBuckets returns the buckets of the configured sources: the only
+// ones the peer port serves.
+func sourceBuckets(srcs []SourceConfig) []string {
+	var out []string
+	seen := make(map[string]bool)
+	for _, s := range srcs {
+		u, err := fetch.ParsePrefix(s.URI)
+		if err != nil || seen[u.Bucket] {
+			continue
+		}
+		seen[u.Bucket] = true
+		out = append(out, u.Bucket)
+	}
+	return out
+}
