@@ -73,6 +73,15 @@ type Config struct {
 	// mappings (Field.Views) instead of copies: the batch then keeps its
 	// shards leased until Release.
 	RecordViews bool
+	// FieldBytes bounds a WebDataset field's bytes in one batch when
+	// NewBuffer is set (and RecordViews is not): each field is then
+	// gathered into two buffers from NewBuffer, BatchSize+1 int64 offsets
+	// and FieldBytes bytes of data, allocated in Dataset.Fields order,
+	// offsets first. 0 means BatchSize × the field's largest member in
+	// the dataset's indexes. A batch whose field holds more fails with an
+	// error wrapping ErrFieldBytes. Without NewBuffer the fields grow as
+	// needed and FieldBytes is ignored.
+	FieldBytes int
 
 	// Planner, if set, is told the access plan (see Planner). PlanID
 	// names the plan; "" means a name made from the configuration's
@@ -131,6 +140,8 @@ func (c Config) settings() (settings, error) {
 		return s, fmt.Errorf("%w: batch size %d", ErrConfig, s.BatchSize)
 	case s.Epochs < 0 || s.Epoch < 0:
 		return s, fmt.Errorf("%w: epochs %d from %d", ErrConfig, s.Epochs, s.Epoch)
+	case s.FieldBytes < 0:
+		return s, fmt.Errorf("%w: field bytes %d", ErrConfig, s.FieldBytes)
 	case s.Prefetch < 0 || s.Workers < 0:
 		return s, fmt.Errorf("%w: prefetch %d, workers %d", ErrConfig, s.Prefetch, s.Workers)
 	}

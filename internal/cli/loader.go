@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -76,12 +75,8 @@ func (f *LoaderFlags) Options(records loader.Source, idx loader.IndexCache) (loa
 		if o.Format, err = loader.ParseFormat(f.Format); err != nil {
 			return o, fmt.Errorf("--format: %w", err)
 		}
-	case strings.Contains(f.Pattern, "{bin,idx}") || strings.Contains(f.Pattern, "{idx,bin}"):
-		o.Format = loader.FormatMegatron
-	case strings.HasSuffix(f.Pattern, ".tar"):
-		o.Format = loader.FormatWebDataset
-	case f.TokenDType != "" || f.SeqLen != 0:
-		o.Format = loader.FormatTokens
+	default:
+		o.Format = loader.GuessFormat(f.Pattern, f.TokenDType != "" || f.SeqLen != 0)
 	}
 	if (o.Format == loader.FormatTokens || o.Format == loader.FormatMegatron) && o.SeqLen < 1 {
 		return o, fmt.Errorf("--format %s needs --seq-len", o.Format)
