@@ -92,6 +92,20 @@ class Loader:
         prefetch: ring slots (batches held here, ready, or being gathered;
             0: the daemon's default of 4).
         workers: the daemon's gathering goroutines (0: its default).
+        format: the shards' format: ``"npy"``, ``"tokens"`` (raw token
+            files such as nanoGPT's train.bin, or llm.c shards),
+            ``"megatron"`` (a ``{bin,idx}`` pattern) or ``"webdataset"``
+            (tar shards); ``None`` guesses as ``cacheagent loader`` does
+            (megatron for ``{bin,idx}``, webdataset for ``*.tar``, tokens
+            with ``seq_len`` or ``token_dtype``, else npy).
+        seq_len: a token dataset's window length L: sample k is tokens
+            [k·L, k·L+L+1) of the shards' concatenated stream, and a batch's
+            ``"tokens"`` array has shape (batch, L+1).
+        token_dtype: raw token files' type (``"uint16"``, ``"int32"``…;
+            llm.c shards and Megatron indexes carry theirs).
+        field_bytes: bounds each WebDataset field's bytes per batch (the
+            field's data array in the ring); 0: ``batch_size`` × the field's
+            largest member. A batch that does not fit ends the session.
         keep: how many yielded batches stay valid (1..prefetch): a batch is
             released when the iterator has moved ``keep`` batches further.
         socket: the daemon's control socket.
@@ -109,8 +123,9 @@ class Loader:
     def __init__(self, data: Optional[str] = None, *, pattern: Optional[str] = None, manifest: Any = None,
                  batch_size: int, shuffle: Optional[str] = None, window: int = 0, seed: int = 0, epoch: int = 0,
                  epochs: int = 1, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0, keep: int = 1,
-                 socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
+                 drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
+                 format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
+                 field_bytes: int = 0, keep: int = 1, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
         self._mm: Optional[mmap.mmap] = None
@@ -136,8 +151,13 @@ class Loader:
             req["manifest"] = json.loads(manifest) if isinstance(manifest, (str, bytes)) else manifest
         if shuffle:
             req["shuffle"] = shuffle
+        if format:
+            req["format"] = str(format)
+        if token_dtype:
+            req["token_dtype"] = str(token_dtype)
         for k, v in (("window", window), ("seed", seed), ("epoch", epoch), ("epochs", epochs), ("rank", rank),
-                     ("world", world_size), ("prefetch", prefetch), ("workers", workers)):
+                     ("world", world_size), ("prefetch", prefetch), ("workers", workers), ("seq_len", seq_len),
+                     ("field_bytes", field_bytes)):
             if v:
                 req[k] = int(v)
         if drop_last:
@@ -188,6 +208,8 @@ class Loader:
         self.batches_per_epoch: int = int(info["batches_per_epoch"])
         self.array_specs: List[Dict[str, Any]] = list(info["arrays"])
         self._names = [a["name"] for a in self.array_specs]
+        self.format: str = str(info.get("format") or "npy")
+        self.fields: List[str] = list(info.get("fields") or [])
         start = info.get("start") or {}
         self._fingerprint = int(start.get("fingerprint", 0))
         self._pos = (int(start.get("epoch", 0)), int(start.get("batch", 0)))  # the next Ready's place
@@ -364,7 +386,7 @@ class Loader:
                 dt = dtypes[d[2]] = np.dtype(d[2].rstrip(b"\0").decode())
             ndim = d[1]
             arrays[names[d[0]]] = np.ndarray(d[3:3 + ndim], dt, ring, base + d[11])
-        return Batch(arrays, epoch, index, seq, slot, self)
+        return Batch(arrays, epoch, index, seq, slot, self, self.fields)
 
     def _seek(self, epoch: int, batch: int) -> None:
         """Restart the stream at (epoch, batch) (protocol's Seek)."""
