@@ -242,8 +242,8 @@ func (l Layout) Encode(slot []byte, h Header, samples int, shapes ...[]int) erro
 			return fmt.Errorf("%w: no shape for variable-length array %q", ErrLayout, a.Name)
 		}
 		n, ok := product(l.RowBytes[j], shapes[0])
-		if !ok || n > l.Capacity[j] || len(shapes[0]) == 0 {
-			return fmt.Errorf("%w: array %q: shape %v in %d bytes", ErrLayout, a.Name, shapes[0], l.Capacity[j])
+		if !ok || n > a.Bytes || len(shapes[0]) == 0 {
+			return fmt.Errorf("%w: array %q: shape %v in %d bytes", ErrLayout, a.Name, shapes[0], a.Bytes)
 		}
 		descs[j].Shape, descs[j].NBytes, shapes = shapes[0], n, shapes[1:]
 	}
