@@ -30,7 +30,9 @@ side reads are in /dev/shm (warm, like the cache). The Loader's first epoch
 fills the cache and is not counted; the PyTorch side's first epoch starts
 its workers and is not counted. Then --runs runs, each measuring --epochs
 epochs of both, the order alternating between runs; one JSON line per run,
-then a summary line with the min and median of the runs' ratios.
+then a summary line with the min and median of the runs' ratios (with
+--go-bench, tokens, also `cacheagent-bench loader` on the same train.bin: the
+Go loader alone and its gather against a one-core memcpy).
 
     /usr/bin/python3 scripts/bench/pyformats.py --format tokens --runs 5
     /usr/bin/python3 scripts/bench/pyformats.py --format webdataset --runs 5
@@ -175,6 +177,28 @@ def loader_epochs(ld: cacheagent.Loader, args: argparse.Namespace, mode: str) ->
     return {"samples": samples, "seconds": dt, "samples_per_sec": samples / dt}
 
 
+def go_bench(tmp: Path, endpoint: str, args: argparse.Namespace) -> dict:
+    """`cacheagent-bench loader --data` over the same train.bin (its own
+    cache, filled by a first run; the second run's figures): the Go loader
+    alone, its gather against a one-core memcpy measured in the same run."""
+    exe = tmp / "bin" / "cacheagent-bench"
+    subprocess.run(["go", "build", "-o", str(exe), "./cmd/cacheagent-bench"], cwd=pyloader.REPO, check=True)
+    (tmp / "gobench").mkdir()
+    cfg = tmp / "gobench.yaml"
+    cfg.write_text(f"tiers:\n  disk: {{dir: {tmp / 'gobench'}, max: 8GiB}}\n  shm: {{dir: none}}\n"
+                   f"fetch: {{endpoint: \"{endpoint}\"}}\ncontrol: {{socket: {tmp / 'gobench.sock'}}}\n"
+                   "metrics: {listen: none}\ngpu: none\n")
+    cmd = [str(exe), "--config", str(cfg), "loader", "--data", f"gs://{pyloader.BUCKET}/tokens/", "--pattern",
+           "*.bin", "--format", "tokens", "--seq-len", str(args.seq_len), "--token-dtype", "uint16", "--batch",
+           str(args.batch), "--shuffle", "global", "--epochs", "4", "--json"]
+    for _ in range(2):  # the first run fills the cache; the second's epochs are all warm
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, timeout=600)
+    rep = json.loads(out.stdout)
+    keep = ("epochs", "samples_per_sec", "gather_gbps", "memcpy_gbps", "gather_vs_memcpy", "delivered_gbps",
+            "delivered_vs_memcpy", "stall_share", "workers")
+    return {k: v for k, v in rep["runs"][0].items() if k in keep}
+
+
 # ----- data
 
 def make_tokens(args: argparse.Namespace, shm: Path, upload) -> tuple:
@@ -219,6 +243,7 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=2, help="measured epochs per run, of each")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--target", type=float, default=0)
+    ap.add_argument("--go-bench", action="store_true", help="tokens: also run cacheagent-bench loader on the data")
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--samples", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -268,6 +293,8 @@ def main() -> None:
             summary.update(ratio_zero_copy_min=min(zc), ratio_zero_copy_median=statistics.median(zc),
                            loader_zero_copy_median=statistics.median(r["loader_zero_copy"]["samples_per_sec"]
                                                                      for r in runs))
+        if args.go_bench and args.format == "tokens":
+            summary["go_loader"] = go_bench(tmp, upload.endpoint, args)
         print(json.dumps(summary, default=str), flush=True)
     finally:
         pyloader.cleanup(procs, tmp, shm)

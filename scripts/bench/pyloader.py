@@ -69,7 +69,8 @@ def cleanup(procs: list, *dirs: Path) -> None:
 def start(tmp: Path, procs: list, disk_max: str = "8GiB") -> tuple:
     """Build (or copy $CACHEAGENT_BIN_DIR's), start the emulator (bucket
     "bench", empty) and a daemon whose disk tier is tmp/disk; return (socket,
-    an upload function upload(name, data))."""
+    an upload function upload(name, data)); upload.endpoint is the
+    emulator's endpoint, as the daemon's config takes it."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     prebuilt = os.environ.get("CACHEAGENT_BIN_DIR")  # a directory with cacheagent and gcsemu built already
@@ -92,6 +93,8 @@ def start(tmp: Path, procs: list, disk_max: str = "8GiB") -> tuple:
         req = urllib.request.Request(f"{base}/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name="
                                      f"{quote(name, safe='')}", data=data, method="POST")
         urllib.request.urlopen(req, timeout=120).read()
+
+    upload.endpoint = endpoint
 
     (tmp / "disk").mkdir()
     sock = str(tmp / "control.sock")
