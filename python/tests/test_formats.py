@@ -99,7 +99,7 @@ def test_tokens_nanogpt_train_bin(daemon, tokens):
     ("megatron", "shard-*.{bin,idx}", None),  # guessed from the pattern, as the CLI guesses
 ])
 def test_token_fixtures(daemon, tokens, name, pattern, fmt):
-    np = need("numpy")
+    need("numpy")
     windows = tokens["expect"][name]
     flags = ["--seq-len", str(L), "--token-dtype", "uint16", "--shuffle", "global", "--seed", "8"]
     if fmt:
