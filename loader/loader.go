@@ -126,7 +126,7 @@ func prepare(s settings) (*Loader, error) {
 		l.names, l.specs = nil, nil
 	}
 	if l.ds.Format.tokens() {
-		l.names, l.specs = tokenOutputs(l.ds)
+		l.names, l.specs = tokenOutputs(l.ds, s.TokenOut)
 		l.tokStart = make([]int64, len(l.ds.Groups)+1)
 		for i, g := range l.ds.Groups {
 			l.tokStart[i+1] = l.tokStart[i] + g.Tokens
