@@ -32,6 +32,10 @@ type LoaderRequest struct {
 	// indexes carry theirs).
 	SeqLen     int    `json:"seq_len,omitempty"`
 	TokenDType string `json:"token_dtype,omitempty"`
+	// TokenOutDType is the "tokens" array's type: "" for the tokens' own,
+	// "int64" or "int32" to widen them as they are gathered (as
+	// --token-out-dtype).
+	TokenOutDType string `json:"token_out_dtype,omitempty"`
 	// FieldBytes bounds each WebDataset field's bytes in one batch, the
 	// size of its data array in the ring (0: batch_size × the field's
 	// largest member; see loader.Config.FieldBytes). A batch that does not

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -78,30 +79,30 @@ var typeChars = map[array.DType]string{
 	array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16",
 }
 
-// ringArrays returns the ring's arrays for ds and batches of batch
-// samples, then the ids. fieldBytes is the request's bound on a
-// WebDataset field's bytes (0: each field's largest member × batch).
-func ringArrays(ds loader.Dataset, batch, fieldBytes int) ([]ring.ArraySpec, error) {
+// ringArrays returns the ring's arrays for ds and a loader of cfg (its
+// batch size, token output type and WebDataset field bound), then the ids.
+func ringArrays(ds loader.Dataset, cfg loader.Config) ([]ring.ArraySpec, error) {
 	var out []ring.ArraySpec
 	switch ds.Format {
 	case loader.FormatTokens, loader.FormatMegatron:
+		dt := cmp.Or(cfg.TokenOut, ds.Token.DType)
 		bo := array.Little
-		if ds.Token.DType.Size() == 1 {
+		if dt.Size() == 1 {
 			bo = array.NotApplicable
 		}
-		a, err := ringArray(loader.TokensName, loader.Spec{DType: ds.Token.DType, ByteOrder: bo,
-			Row: []int{ds.Token.SeqLen + 1}})
+		a, err := ringArray(loader.TokensName, loader.Spec{DType: dt, ByteOrder: bo, Row: []int{ds.Token.SeqLen + 1}})
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, a)
 	case loader.FormatWebDataset:
-		sizes, err := fieldSizes(ds, batch, fieldBytes)
+		sizes, err := fieldSizes(ds, cfg.BatchSize, cfg.FieldBytes)
 		if err != nil {
 			return nil, err
 		}
 		for j, f := range ds.Fields {
-			out = append(out, ring.ArraySpec{Name: f + offsetsSuffix, DType: "<i8", Row: []int{}, Bytes: 8 * (batch + 1)},
+			out = append(out, ring.ArraySpec{Name: f + offsetsSuffix, DType: "<i8", Row: []int{},
+				Bytes: 8 * (cfg.BatchSize + 1)},
 				ring.ArraySpec{Name: f + dataSuffix, DType: "|u1", Row: []int{}, Bytes: sizes[j]})
 		}
 	default:

@@ -112,24 +112,38 @@ func TestLoaderSessionTokens(t *testing.T) {
 	req := control.LoaderRequest{Data: "gs://bkt/tok/", Pattern: "shard-*.bin", Format: "tokens", SeqLen: L,
 		TokenDType: "uint16", BatchSize: 5, Shuffle: "global", Seed: 9, Epochs: 2, Prefetch: 3}
 	want := wantFormatIDs(t, d, req)
-	lc, err := c.OpenLoader(testCtx(t), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lc.Close()
-	if a := lc.Info.Arrays[0]; lc.Info.Format != "tokens" || a.Name != loader.TokensName || a.DType != "<u2" ||
-		!slices.Equal(a.Row, []int{L + 1}) {
-		t.Fatalf("session %q, array %+v; want tokens <u2 [%d]", lc.Info.Format, a, L+1)
-	}
-	row := 2 * (L + 1)
-	readSession(t, lc, want, func(ids []int64, arrays map[string][]byte) {
-		for i, k := range ids {
-			got, w := arrays[loader.TokensName][i*row:(i+1)*row], stream[2*L*int(k):2*L*int(k)+row]
-			if !bytes.Equal(got, w) {
-				t.Fatalf("window %d = %x; want %x", k, got, w)
-			}
+	for _, tc := range []struct{ out, dtype string }{{"", "<u2"}, {"int64", "<i8"}, {"int32", "<i4"}} {
+		req.TokenOutDType = tc.out
+		lc, err := c.OpenLoader(testCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+		if a := lc.Info.Arrays[0]; lc.Info.Format != "tokens" || a.Name != loader.TokensName || a.DType != tc.dtype ||
+			!slices.Equal(a.Row, []int{L + 1}) {
+			t.Fatalf("session %q, array %+v; want tokens %s [%d]", lc.Info.Format, a, tc.dtype, L+1)
+		}
+		size := int(tc.dtype[2] - '0')
+		row := size * (L + 1)
+		readSession(t, lc, want, func(ids []int64, arrays map[string][]byte) {
+			for i, k := range ids {
+				got := arrays[loader.TokensName][i*row : (i+1)*row]
+				for j := range L + 1 {
+					w := uint64(binary.LittleEndian.Uint16(stream[2*(L*int(k)+j):]))
+					g := uint64(binary.LittleEndian.Uint16(got[j*size:]))
+					switch size {
+					case 4:
+						g = uint64(binary.LittleEndian.Uint32(got[j*size:]))
+					case 8:
+						g = binary.LittleEndian.Uint64(got[j*size:])
+					}
+					if g != w {
+						t.Fatalf("%s: window %d token %d = %d; want %d", tc.dtype, k, j, g, w)
+					}
+				}
+			}
+		})
+		lc.Close()
+	}
 }
 
 // wdsSample is one sample of the WebDataset test's tars.

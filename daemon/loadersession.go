@@ -74,7 +74,7 @@ func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest
 	if cfg.Dataset, err = d.loaderDataset(ctx, req, store); err != nil {
 		return nil, invalid(err)
 	}
-	arrays, err := ringArrays(cfg.Dataset, cfg.BatchSize, cfg.FieldBytes)
+	arrays, err := ringArrays(cfg.Dataset, cfg)
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -132,6 +132,11 @@ func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
 		cfg.Prefetch = loader.DefaultPrefetch
 	}
 	var err error
+	if req.TokenOutDType != "" {
+		if cfg.TokenOut, err = loader.ParseDType(req.TokenOutDType); err != nil {
+			return cfg, fmt.Errorf("token_out_dtype: %w", err)
+		}
+	}
 	if req.Shuffle != "" {
 		if cfg.Shuffle, err = sampler.ParseMode(req.Shuffle); err != nil {
 			return cfg, fmt.Errorf("%w: shuffle: %w", loader.ErrConfig, err)

@@ -36,6 +36,7 @@ type LoaderFlags struct {
 	Format      string
 	SeqLen      int
 	TokenDType  string
+	TokenOut    string
 }
 
 // Register adds the flags to fs.
@@ -58,6 +59,7 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 		"(default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
 	fs.IntVar(&f.SeqLen, "seq-len", 0, "token datasets: window length L (samples are L+1 tokens)")
 	fs.StringVar(&f.TokenDType, "token-dtype", "", "raw token files' type, e.g. uint16 (llm.c shards carry theirs)")
+	fs.StringVar(&f.TokenOut, "token-out-dtype", "", "token datasets: batches' type, int64 or int32 (default: the tokens' own)")
 }
 
 // Options returns the loader options the flags describe; records and idx
@@ -151,6 +153,11 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
 	if f.ResumeBatch != 0 {
 		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
+	}
+	if f.TokenOut != "" {
+		if cfg.TokenOut, err = loader.ParseDType(f.TokenOut); err != nil {
+			return loader.Config{}, fmt.Errorf("--token-out-dtype: %w", err)
+		}
 	}
 	return cfg, nil
 }
