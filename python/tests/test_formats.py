@@ -94,6 +94,25 @@ def test_tokens_nanogpt_train_bin(daemon, tokens):
     assert sorted(set(i for b in got[:len(got) // 2] for i in b)) == list(range((NANO_TOKENS - 1) // L))
 
 
+def test_tokens_widened_to_int64(daemon, tokens):
+    """token_out_dtype="int64": the daemon widens the tokens as it gathers;
+    torch.from_numpy of the batch is an int64 index tensor on the ring."""
+    np = need("numpy")
+    mm = tokens["nano"]
+    with cacheagent.Loader("gs://bench/fmt/nano/", pattern="*.bin", seq_len=L, token_dtype="uint16",
+                           token_out_dtype="int64", batch_size=16, shuffle="global", seed=2, socket=daemon.socket,
+                           timeout=30) as ld:
+        assert ld.format == "tokens" and ld.array_specs[0]["dtype"] == "<i8"
+        n = 0
+        for b in ld:
+            t = b["tokens"]
+            assert t.dtype == np.int64 and t.shape == (len(b), L + 1) and np.shares_memory(t, ld.ring)
+            for i, k in enumerate(b.ids.tolist()):
+                assert np.array_equal(t[i], mm[k * L:k * L + L + 1].astype(np.int64)), f"window {k}"
+            n += len(b)
+        assert n == (NANO_TOKENS - 1) // L
+
+
 @pytest.mark.parametrize("name,pattern,fmt", [
     ("raw", "shard-*.bin", "tokens"),  # windows across shard boundaries
     ("megatron", "shard-*.{bin,idx}", None),  # guessed from the pattern, as the CLI guesses

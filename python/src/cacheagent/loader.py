@@ -103,6 +103,10 @@ class Loader:
             ``"tokens"`` array has shape (batch, L+1).
         token_dtype: raw token files' type (``"uint16"``, ``"int32"``…;
             llm.c shards and Megatron indexes carry theirs).
+        token_out_dtype: the ``"tokens"`` array's type: ``None`` for the
+            tokens' own, ``"int64"`` (or ``"int32"``) to have the daemon widen
+            them as it gathers, so that ``torch.from_numpy(batch["tokens"])``
+            is an index tensor with no copy here (torch 1.13 has no uint16).
         field_bytes: bounds each WebDataset field's bytes per batch (the
             field's data array in the ring); 0: ``batch_size`` × the field's
             largest member. A batch that does not fit ends the session.
@@ -125,7 +129,7 @@ class Loader:
                  epochs: int = 1, rank: Optional[int] = None, world_size: Optional[int] = None,
                  drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
                  format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
-                 field_bytes: int = 0, keep: int = 1, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
+                 token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
         self._mm: Optional[mmap.mmap] = None
@@ -155,6 +159,8 @@ class Loader:
             req["format"] = str(format)
         if token_dtype:
             req["token_dtype"] = str(token_dtype)
+        if token_out_dtype:
+            req["token_out_dtype"] = str(token_out_dtype)
         for k, v in (("window", window), ("seed", seed), ("epoch", epoch), ("epochs", epochs), ("rank", rank),
                      ("world", world_size), ("prefetch", prefetch), ("workers", workers), ("seq_len", seq_len),
                      ("field_bytes", field_bytes)):
