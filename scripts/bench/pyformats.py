@@ -10,7 +10,9 @@ WebDataset tars, warm, in a PyTorch loop (issue 20's performance points).
     makes int64; torch 1.13 has no uint16 tensors) -- "int64 x,y"; and the
     same loop with no conversion (torch.from_numpy of the ring's bytes viewed
     as int16, zero copies; a GPU job would widen on the device) --
-    "zero-copy".
+    "zero-copy"; and a second session with token_out_dtype="int64" (the
+    daemon widens the tokens as it gathers; x, y are views of the ring's
+    int64 tensor) -- "ring int64".
   * PyTorch: what nanoGPT does, as a DataLoader: a Dataset that np.memmap's
     train.bin (once per worker) and returns a random window as x, y int64
     tensors; 2 workers, persistent_workers=True, prefetch_factor=4.
@@ -162,6 +164,11 @@ def loader_epochs(ld: cacheagent.Loader, args: argparse.Namespace, mode: str) ->
                 if mode == "int64":
                     t64 = from_numpy(t.astype(np.int64))
                     x, y = t64[:, :-1], t64[:, 1:]
+                elif mode == "ring-int64":  # widened by the daemon: int64 in the ring
+                    t64 = from_numpy(t)
+                    x, y = t64[:, :-1], t64[:, 1:]
+                    if t64.dtype != torch.int64 or not lo <= x.data_ptr() < hi:
+                        raise AssertionError("the tokens tensor is not an int64 view of the ring")
                 else:
                     x = from_numpy(t.view(np.int16))
                     if not lo <= x.data_ptr() < hi:
@@ -250,6 +257,7 @@ def main() -> None:
     if args.peer:
         return peer(args)
     procs: list = []
+    ld64 = None
     tmp = Path(tempfile.mkdtemp(prefix="pyformats-"))
     shm = Path(tempfile.mkdtemp(prefix="pyformats-", dir="/dev/shm"))
     try:
@@ -257,6 +265,10 @@ def main() -> None:
         make = make_tokens if args.format == "tokens" else make_tars
         where, data, kw, samples = make(args, shm, upload)
         runs = []
+        if args.format == "tokens":  # a second session, the daemon widening the tokens to int64
+            ld64 = cacheagent.Loader(data, batch_size=args.batch, shuffle="global", seed=1, prefetch=args.prefetch,
+                                     epochs=1 << 20, rank=0, world_size=1, socket=sock, timeout=300,
+                                     token_out_dtype="int64", **kw)
         with cacheagent.Loader(data, batch_size=args.batch, shuffle="global", seed=1, prefetch=args.prefetch,
                                epochs=1 << 20, rank=0, world_size=1, socket=sock, timeout=300, **kw) as ld:
             assert ld.batches_per_epoch == -(-samples // args.batch), (ld.batches_per_epoch, samples)
@@ -271,12 +283,13 @@ def main() -> None:
                         res["loader"] = loader_epochs(ld, args, "int64" if args.format == "tokens" else "")
                         if args.format == "tokens":
                             res["loader_zero_copy"] = loader_epochs(ld, args, "zero-copy")
+                            res["loader_ring_int64"] = loader_epochs(ld64, args, "ring-int64")
                 rep = {"run": r, "order": ",".join(order), "format": args.format, "samples_per_epoch": samples,
                        "batch": args.batch, **res, "ratio": res["loader"]["samples_per_sec"] /
                        res["torch"]["samples_per_sec"]}
-                if "loader_zero_copy" in res:
-                    rep["ratio_zero_copy"] = (res["loader_zero_copy"]["samples_per_sec"] /
-                                              res["torch"]["samples_per_sec"])
+                for k in ("zero_copy", "ring_int64"):
+                    if "loader_" + k in res:
+                        rep["ratio_" + k] = res["loader_" + k]["samples_per_sec"] / res["torch"]["samples_per_sec"]
                 runs.append(rep)
                 print(json.dumps(rep), flush=True)
             st = {k: v for k, v in ld.stats.items() if k in ("batches", "wait_s", "handoff_us")}
@@ -288,15 +301,17 @@ def main() -> None:
                    "torch_median": statistics.median(r["torch"]["samples_per_sec"] for r in runs),
                    "cold_samples_per_sec": cold["samples_per_sec"], "ring_mib": ld.ring_bytes / 2**20,
                    "nproc": os.cpu_count(), "loader_stats": st}
-        if args.format == "tokens":
-            zc = [r["ratio_zero_copy"] for r in runs]
-            summary.update(ratio_zero_copy_min=min(zc), ratio_zero_copy_median=statistics.median(zc),
-                           loader_zero_copy_median=statistics.median(r["loader_zero_copy"]["samples_per_sec"]
-                                                                     for r in runs))
+        for k in ("zero_copy", "ring_int64") if args.format == "tokens" else ():
+            rs = [r["ratio_" + k] for r in runs]
+            summary.update({f"ratio_{k}_min": min(rs), f"ratio_{k}_median": statistics.median(rs),
+                            f"loader_{k}_median": statistics.median(r["loader_" + k]["samples_per_sec"]
+                                                                    for r in runs)})
         if args.go_bench and args.format == "tokens":
             summary["go_loader"] = go_bench(tmp, upload.endpoint, args)
         print(json.dumps(summary, default=str), flush=True)
     finally:
+        if ld64 is not None:
+            ld64.close()
         pyloader.cleanup(procs, tmp, shm)
 
 
