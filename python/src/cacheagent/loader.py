@@ -32,7 +32,6 @@ import mmap
 import os
 import socket as _socket
 import struct
-import sys
 import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
@@ -47,22 +46,10 @@ from ._ring import (  # noqa: F401
     _TYPE, _HEADER, _DESC, _DESC_OFF, STATE_READY, CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL,
     _ring_error,
 )
+from ._request import _default_rank_world, session_request
 from .batch import Batch
 
 __all__ = ["Loader", "Batch"]
-
-def _default_rank_world() -> Tuple[int, int]:
-    """torch.distributed's rank and world size if torch is imported and the
-    process group initialised; else RANK / WORLD_SIZE; else 0 and 1."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                return int(dist.get_rank()), int(dist.get_world_size())
-        except Exception:  # pragma: no cover - a half-initialised torch
-            pass
-    return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 class Loader:
@@ -129,7 +116,8 @@ class Loader:
                  epochs: int = 1, rank: Optional[int] = None, world_size: Optional[int] = None,
                  drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
                  format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
-                 token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
+                 token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1,
+                 socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
         self._mm: Optional[mmap.mmap] = None
@@ -142,34 +130,12 @@ class Loader:
             r, w = _default_rank_world()
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
-        req: Dict[str, Any] = {"batch_size": int(batch_size)}
-        if data is not None:
-            req["data"] = str(data)
-        if pattern is not None:
-            req["pattern"] = pattern
-        if manifest is not None:
-            if isinstance(manifest, (str, bytes, os.PathLike)) and not str(
-                    manifest if not isinstance(manifest, bytes) else manifest.decode()).lstrip().startswith("{"):
-                with open(manifest, "rb") as f:  # a manifest file's path
-                    manifest = f.read()
-            req["manifest"] = json.loads(manifest) if isinstance(manifest, (str, bytes)) else manifest
-        if shuffle:
-            req["shuffle"] = shuffle
-        if format:
-            req["format"] = str(format)
-        if token_dtype:
-            req["token_dtype"] = str(token_dtype)
-        if token_out_dtype:
-            req["token_out_dtype"] = str(token_out_dtype)
-        for k, v in (("window", window), ("seed", seed), ("epoch", epoch), ("epochs", epochs), ("rank", rank),
-                     ("world", world_size), ("prefetch", prefetch), ("workers", workers), ("seq_len", seq_len),
-                     ("field_bytes", field_bytes)):
-            if v:
-                req[k] = int(v)
-        if drop_last:
-            req["drop_last"] = True
-        if not wrap:
-            req["tail"] = "drop"
+        req = session_request(data, pattern, manifest, batch_size,
+                              {"shuffle": shuffle, "format": format, "token_dtype": token_dtype,
+                               "token_out_dtype": token_out_dtype},
+                              {"window": window, "seed": seed, "epoch": epoch, "epochs": epochs, "rank": rank,
+                               "world": world_size, "prefetch": prefetch, "workers": workers, "seq_len": seq_len,
+                               "field_bytes": field_bytes}, drop_last, wrap)
         self._req = req
         self.rank, self.world_size = int(rank), int(world_size)
         self.keep = int(keep)
