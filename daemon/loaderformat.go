@@ -79,9 +79,10 @@ var typeChars = map[array.DType]string{
 	array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16",
 }
 
-// ringArrays returns the ring's arrays for ds and a loader of cfg (its
+// ringArrays returns the ring's arrays for a loader of cfg (its dataset,
 // batch size, token output type and WebDataset field bound), then the ids.
-func ringArrays(ds loader.Dataset, cfg loader.Config) ([]ring.ArraySpec, error) {
+func ringArrays(cfg loader.Config) ([]ring.ArraySpec, error) {
+	ds := cfg.Dataset
 	var out []ring.ArraySpec
 	switch ds.Format {
 	case loader.FormatTokens, loader.FormatMegatron:

@@ -74,7 +74,7 @@ func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest
 	if cfg.Dataset, err = d.loaderDataset(ctx, req, store); err != nil {
 		return nil, invalid(err)
 	}
-	arrays, err := ringArrays(cfg.Dataset, cfg)
+	arrays, err := ringArrays(cfg)
 	if err != nil {
 		return nil, invalid(err)
 	}
