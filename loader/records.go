@@ -218,10 +218,13 @@ func (l *Loader) fieldBuffers(s *slot) error {
 		if err != nil {
 			return fmt.Errorf("loader: field %q: data buffer of %d bytes: %w", name, l.fieldBytes[j], err)
 		}
+		if !aligned(offs, 8) {
+			return fmt.Errorf("%w: NewBuffer's offsets buffer for field %q is not 8-byte aligned", ErrConfig, name)
+		}
 		f := &s.batch.Fields[j]
 		f.Name = name
-		// The buffer is page-aligned (NewBuffer's contract for the ring,
-		// newBuffer's own), so it holds int64s in the host's byte order.
+		// The offsets are int64s in the host's byte order (little-endian
+		// on every platform the loader runs on).
 		f.Offsets = unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(offs))), n)[:0]
 		f.Data = data[:0:l.fieldBytes[j]]
 	}
