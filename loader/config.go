@@ -98,8 +98,11 @@ type Config struct {
 	Stager Stager
 
 	// NewBuffer, if set, allocates the batch buffers (n bytes each, once,
-	// in New): the seam for gathering straight into pinned staging memory
-	// for GPU copies. nil means page-aligned Go memory.
+	// in New, slot after slot, each slot's arrays in order; a WebDataset
+	// slot's are its fields' offsets and data, see FieldBytes; buffers
+	// must be 8-byte aligned): the seam for gathering straight into pinned
+	// staging memory for GPU copies, or into a loader session's ring. nil
+	// means page-aligned Go memory.
 	NewBuffer func(n int) ([]byte, error)
 	// OnBatch, if set, runs in a gathering goroutine after each batch is
 	// gathered and before Next returns it: the seam for starting an
