@@ -22,6 +22,25 @@ type LoaderRequest struct {
 	Data     string          `json:"data,omitempty"`
 	Pattern  string          `json:"pattern,omitempty"`
 	Manifest json.RawMessage `json:"manifest,omitempty"`
+	// Format is the shards' format: "npy", "tokens", "megatron" or
+	// "webdataset"; "" guesses as `cacheagent loader` does
+	// (loader.GuessFormat). A manifest lists .npy datasets only.
+	Format string `json:"format,omitempty"`
+	// SeqLen is a token dataset's window length L (samples are L+1
+	// tokens; required for "tokens" and "megatron"); TokenDType the raw
+	// token files' type ("uint16", "int32"…; llm.c shards and Megatron
+	// indexes carry theirs).
+	SeqLen     int    `json:"seq_len,omitempty"`
+	TokenDType string `json:"token_dtype,omitempty"`
+	// TokenOutDType is the "tokens" array's type: "" for the tokens' own,
+	// "int64" or "int32" to widen them as they are gathered (as
+	// --token-out-dtype).
+	TokenOutDType string `json:"token_out_dtype,omitempty"`
+	// FieldBytes bounds each WebDataset field's bytes in one batch, the
+	// size of its data array in the ring (0: batch_size × the field's
+	// largest member; see loader.Config.FieldBytes). A batch that does not
+	// fit ends the session with an error.
+	FieldBytes int `json:"field_bytes,omitempty"`
 	// BatchSize is the number of samples per batch. Required.
 	BatchSize int `json:"batch_size"`
 	// Shuffle is "shard-window" (the default), "global" or "sequential";
@@ -75,9 +94,20 @@ type LoaderSession struct {
 	Slots     int   `json:"slots"`
 	// BatchSize is the most samples of a batch.
 	BatchSize int `json:"batch_size"`
+	// Format is the dataset's format (loader.Format's name).
+	Format string `json:"format"`
 	// Arrays are every batch's arrays in descriptor order, the samples'
-	// ids ("ids", "<i8") last.
+	// ids ("ids", "<i8") last. A token dataset has one array, "tokens"
+	// (samples of SeqLen+1 tokens). A WebDataset dataset has two per
+	// field (Fields order): "<field>.offsets" ("<i8", batch+1 entries,
+	// the first 0) and "<field>.data" ("|u1", the samples' values back
+	// to back: sample i's is data[offsets[i]:offsets[i+1]], empty if it
+	// lacks the field); both are variable-length (ArraySpec.Bytes is
+	// their capacity) and a slot's descriptors give each batch's shapes,
+	// [n+1] and [offsets[n]].
 	Arrays []ring.ArraySpec `json:"arrays"`
+	// Fields are a WebDataset dataset's field names.
+	Fields []string `json:"fields,omitempty"`
 	// BatchesPerEpoch is the number of batches of each epoch.
 	BatchesPerEpoch int `json:"batches_per_epoch"`
 	// Start is the position of the first batch.

@@ -341,7 +341,7 @@ func (r *runner) restart() (string, bool) {
 // slotOf returns the ring slot a batch was gathered into.
 func (s *loaderSession) slotOf(b *loader.Batch) (int, error) {
 	base := uintptr(unsafe.Pointer(unsafe.SliceData(s.ring.Bytes())))
-	p := uintptr(unsafe.Pointer(unsafe.SliceData(b.Arrays[0].Data)))
+	p := uintptr(firstBuffer(b))
 	sb := uintptr(s.ring.SlotBytes())
 	if p < base || p >= base+uintptr(len(s.ring.Bytes())) || (p-base)%sb != uintptr(s.layout.Offsets[0]) {
 		return 0, fmt.Errorf("daemon: internal error: batch %d/%d is not in the ring", b.Epoch, b.Index)
@@ -354,7 +354,7 @@ func (s *loaderSession) writeSlot(k int, seq uint64, b *loader.Batch) error {
 	slot := s.ring.Slot(k)
 	n := b.Len()
 	h := ring.Header{Seq: seq, Epoch: int64(b.Epoch), Index: int64(b.Index), State: ring.StateReady}
-	if err := s.layout.Encode(slot, h, n); err != nil {
+	if err := s.layout.Encode(slot, h, n, variableShapes(b)...); err != nil {
 		return err
 	}
 	ids := slot[s.layout.Offsets[len(s.layout.Offsets)-1]:]

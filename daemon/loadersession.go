@@ -12,7 +12,6 @@ import (
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
-	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -54,10 +53,28 @@ func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderReques
 	if err != nil {
 		return nil, invalid(err)
 	}
-	if cfg.Dataset, err = d.loaderDataset(ctx, req); err != nil {
+	// The store lends WebDataset tars to index them, then the loader's
+	// shards.
+	store := mmapstore.New(d.cache.Opener(), mmapstore.Config{Logger: d.log})
+	s, err := d.newLoaderSession(ctx, req, cfg, store)
+	if err != nil {
+		if cerr := store.Close(); cerr != nil {
+			d.log.Warn("loader session: close store", "err", cerr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// newLoaderSession is openLoaderSession once the configuration is
+// checked: on error the caller closes store.
+func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest, cfg loader.Config,
+	store *mmapstore.Store) (*loaderSession, error) {
+	var err error
+	if cfg.Dataset, err = d.loaderDataset(ctx, req, store); err != nil {
 		return nil, invalid(err)
 	}
-	arrays, err := ringArrays(cfg.Dataset)
+	arrays, err := ringArrays(cfg)
 	if err != nil {
 		return nil, invalid(err)
 	}
@@ -73,18 +90,22 @@ func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderReques
 	if s.ring, err = ring.New("cacheagent-loader-"+s.id, cfg.Prefetch, layout.SlotBytes); err != nil {
 		return nil, err
 	}
-	s.store = mmapstore.New(d.cache.Opener(), mmapstore.Config{Logger: d.log})
+	s.store = store
 	cfg.Planner, cfg.PlanID, cfg.Stager = sessionPlanner{d}, "loader-session-"+s.id, d.cache.Stager()
 	cfg.CopyAlways, cfg.NewBuffer, cfg.Logger = true, s.newBuffer, d.log
 	s.cfg = cfg
 	if s.l, err = s.newLoader(cfg); err != nil {
-		s.free()
+		s.l = nil
+		if cerr := s.ring.Close(); cerr != nil {
+			d.log.Warn("loader session: close ring", "session", s.id, "err", cerr)
+		}
 		return nil, invalid(err)
 	}
 	st := s.l.State()
 	s.info = control.LoaderSession{Protocol: ring.Protocol, Session: s.id, Token: s.token,
 		RingBytes: int64(len(s.ring.Bytes())), SlotBytes: int64(layout.SlotBytes), Slots: cfg.Prefetch,
-		BatchSize: cfg.BatchSize, Arrays: arrays, BatchesPerEpoch: s.l.BatchesPerEpoch(),
+		BatchSize: cfg.BatchSize, Format: cfg.Dataset.Format.String(), Arrays: arrays,
+		Fields: cfg.Dataset.Fields, BatchesPerEpoch: s.l.BatchesPerEpoch(),
 		Start: control.LoaderState{Epoch: st.Epoch, Batch: st.Batch, Fingerprint: st.Fingerprint}}
 	return s, nil
 }
@@ -106,11 +127,16 @@ func invalid(err error) error {
 func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
 	cfg := loader.Config{BatchSize: req.BatchSize, DropLast: req.DropLast, Window: req.Window, Seed: req.Seed,
 		Rank: req.Rank, World: req.World, Epoch: req.Epoch, Epochs: req.Epochs, Prefetch: req.Prefetch,
-		Workers: req.Workers}
+		Workers: req.Workers, FieldBytes: req.FieldBytes}
 	if cfg.Prefetch == 0 {
 		cfg.Prefetch = loader.DefaultPrefetch
 	}
 	var err error
+	if req.TokenOutDType != "" {
+		if cfg.TokenOut, err = loader.ParseDType(req.TokenOutDType); err != nil {
+			return cfg, fmt.Errorf("token_out_dtype: %w", err)
+		}
+	}
 	if req.Shuffle != "" {
 		if cfg.Shuffle, err = sampler.ParseMode(req.Shuffle); err != nil {
 			return cfg, fmt.Errorf("%w: shuffle: %w", loader.ErrConfig, err)
@@ -128,6 +154,8 @@ func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
 		return cfg, fmt.Errorf("%w: batch_size %d: want 1 to %d", loader.ErrConfig, cfg.BatchSize, 1<<24)
 	case cfg.Prefetch < 1 || cfg.Prefetch > maxLoaderSlots:
 		return cfg, fmt.Errorf("%w: prefetch %d: want 1 to %d slots", loader.ErrConfig, cfg.Prefetch, maxLoaderSlots)
+	case cfg.FieldBytes < 0 || cfg.FieldBytes > maxRingBytes:
+		return cfg, fmt.Errorf("%w: field_bytes %d: want 0 to %d", loader.ErrConfig, cfg.FieldBytes, int64(maxRingBytes))
 	case cfg.Workers < 0 || cfg.Workers > 1024:
 		return cfg, fmt.Errorf("%w: workers %d", loader.ErrConfig, cfg.Workers)
 	case cfg.World < 0 || cfg.Rank < 0 || (cfg.World > 0 && cfg.Rank >= cfg.World) || (cfg.World == 0 && cfg.Rank > 0):
@@ -137,66 +165,6 @@ func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
 		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
 	}
 	return cfg, nil
-}
-
-// loaderDataset builds req's dataset, reading the shards' headers through
-// the daemon's source.
-func (d *Daemon) loaderDataset(ctx context.Context, req control.LoaderRequest) (loader.Dataset, error) {
-	switch {
-	case (req.Data == "") == (len(req.Manifest) == 0):
-		return loader.Dataset{}, fmt.Errorf("%w: give either data (gs://BUCKET/PREFIX, with pattern) or manifest",
-			loader.ErrConfig)
-	case len(req.Manifest) > 0:
-		if req.Pattern != "" {
-			return loader.Dataset{}, fmt.Errorf("%w: pattern goes with data, not manifest", loader.ErrConfig)
-		}
-		ds, err := loader.ParseManifest(req.Manifest)
-		if err != nil {
-			return ds, err
-		}
-		return ds.Resolve(ctx, d.src)
-	case req.Pattern == "":
-		return loader.Dataset{}, fmt.Errorf("%w: data needs a pattern (e.g. \"shard-*.{x,y}.npy\")", loader.ErrConfig)
-	}
-	u, err := fetch.ParsePrefix(req.Data)
-	if err != nil {
-		return loader.Dataset{}, fmt.Errorf("%w: data: %w", loader.ErrConfig, err)
-	}
-	return loader.FromPattern(ctx, d.src, u.Bucket, u.Path, req.Pattern)
-}
-
-// typeChars are the numpy kind and size of each element type numpy has.
-var typeChars = map[array.DType]string{
-	array.Bool: "b1", array.Int8: "i1", array.Int16: "i2", array.Int32: "i4", array.Int64: "i8",
-	array.Uint8: "u1", array.Uint16: "u2", array.Uint32: "u4", array.Uint64: "u8", array.Float16: "f2",
-	array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16",
-}
-
-// ringArrays returns the ring's arrays for ds: its arrays, then the ids.
-func ringArrays(ds loader.Dataset) ([]ring.ArraySpec, error) {
-	if len(ds.Names) == 0 {
-		return nil, fmt.Errorf("%w: no arrays", loader.ErrDataset)
-	}
-	out := make([]ring.ArraySpec, 0, len(ds.Names)+1)
-	for j, name := range ds.Names {
-		sp := ds.Specs[j]
-		tc, ok := typeChars[sp.DType]
-		if !ok {
-			return nil, fmt.Errorf("%w: array %q: %s has no numpy type string", loader.ErrDataset, name, sp.DType)
-		}
-		order := "|"
-		switch sp.ByteOrder {
-		case array.Little:
-			order = "<"
-		case array.Big:
-			order = ">"
-		}
-		if name == idsArray {
-			return nil, fmt.Errorf("%w: an array is named %q, the name of the ids", loader.ErrDataset, idsArray)
-		}
-		out = append(out, ring.ArraySpec{Name: name, DType: order + tc, Row: append([]int{}, sp.Row...)})
-	}
-	return append(out, ring.ArraySpec{Name: idsArray, DType: "<i8", Row: []int{}}), nil
 }
 
 // newLoader starts a loader on cfg whose buffers are the ring's slots.

@@ -95,6 +95,12 @@ func wantBatches(t *testing.T, d *Daemon, req control.LoaderRequest) []loader.Ba
 	if r := req.Resume; r != nil {
 		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
 	}
+	return allIDs(t, cfg)
+}
+
+// allIDs returns every batch's ids of a loader of cfg.
+func allIDs(t *testing.T, cfg loader.Config) []loader.BatchIDs {
+	t.Helper()
 	seq, err := loader.IDs(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
 
 // Defaults for zero Config fields.
@@ -73,6 +74,20 @@ type Config struct {
 	// mappings (Field.Views) instead of copies: the batch then keeps its
 	// shards leased until Release.
 	RecordViews bool
+	// TokenOut is a token dataset's batch element type: 0 means the
+	// tokens' own; Int64 (any token type) or Int32 (tokens of at most 16
+	// bits, or int32) widens each token as it is gathered, so that a
+	// consumer needing int64 indices gets them without a copy of its own.
+	TokenOut array.DType
+	// FieldBytes bounds a WebDataset field's bytes in one batch when
+	// NewBuffer is set (and RecordViews is not): each field is then
+	// gathered into two buffers from NewBuffer, BatchSize+1 int64 offsets
+	// and FieldBytes bytes of data, allocated in Dataset.Fields order,
+	// offsets first. 0 means BatchSize × the field's largest member in
+	// the dataset's indexes. A batch whose field holds more fails with an
+	// error wrapping ErrFieldBytes. Without NewBuffer the fields grow as
+	// needed and FieldBytes is ignored.
+	FieldBytes int
 
 	// Planner, if set, is told the access plan (see Planner). PlanID
 	// names the plan; "" means a name made from the configuration's
@@ -83,8 +98,11 @@ type Config struct {
 	Stager Stager
 
 	// NewBuffer, if set, allocates the batch buffers (n bytes each, once,
-	// in New): the seam for gathering straight into pinned staging memory
-	// for GPU copies. nil means page-aligned Go memory.
+	// in New, slot after slot, each slot's arrays in order; a WebDataset
+	// slot's are its fields' offsets and data, see FieldBytes; buffers
+	// must be 8-byte aligned): the seam for gathering straight into pinned
+	// staging memory for GPU copies, or into a loader session's ring. nil
+	// means page-aligned Go memory.
 	NewBuffer func(n int) ([]byte, error)
 	// OnBatch, if set, runs in a gathering goroutine after each batch is
 	// gathered and before Next returns it: the seam for starting an
@@ -131,6 +149,13 @@ func (c Config) settings() (settings, error) {
 		return s, fmt.Errorf("%w: batch size %d", ErrConfig, s.BatchSize)
 	case s.Epochs < 0 || s.Epoch < 0:
 		return s, fmt.Errorf("%w: epochs %d from %d", ErrConfig, s.Epochs, s.Epoch)
+	case s.TokenOut != 0 && !s.Dataset.Format.tokens():
+		return s, fmt.Errorf("%w: token output type %s for a %s dataset", ErrConfig, s.TokenOut, s.Dataset.Format)
+	case s.TokenOut != 0 && !widens(s.Dataset.Token.DType, s.TokenOut):
+		return s, fmt.Errorf("%w: %s tokens cannot be output as %s (want int64, or int32 for tokens of at most 16 bits)",
+			ErrConfig, s.Dataset.Token.DType, s.TokenOut)
+	case s.FieldBytes < 0:
+		return s, fmt.Errorf("%w: field bytes %d", ErrConfig, s.FieldBytes)
 	case s.Prefetch < 0 || s.Workers < 0:
 		return s, fmt.Errorf("%w: prefetch %d, workers %d", ErrConfig, s.Prefetch, s.Workers)
 	}

@@ -47,7 +47,9 @@
 // rows for the sampler are the windows starting in it. A batch holds one
 // array, TokensName, of shape (batch, L+1), always copied (windows overlap
 // by a token). A WebDataset batch holds Batch.Fields, variable-length
-// bytes per sample, copied or (Config.RecordViews) views of the mapping.
+// bytes per sample, copied or (Config.RecordViews) views of the mapping;
+// with Config.NewBuffer the copies go into fixed buffers from it
+// (Config.FieldBytes).
 // docs/architecture.md states the construction exactly.
 //
 // # Order

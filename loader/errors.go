@@ -25,4 +25,7 @@ var (
 	// buffer (Config.Prefetch batches not released): no batch could ever
 	// come.
 	ErrHeld = errors.New("loader: every batch buffer is held by the caller")
+	// ErrFieldBytes means a WebDataset batch's field does not fit its
+	// buffer of Config.FieldBytes.
+	ErrFieldBytes = errors.New("loader: a batch's field exceeds its buffer")
 )

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
@@ -44,6 +45,23 @@ func ParseFormat(s string) (Format, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w: format %q (want npy, tokens, megatron or webdataset)", ErrConfig, s)
+}
+
+// GuessFormat returns the format of a dataset whose format was not given:
+// FormatMegatron for a pattern naming {bin,idx}, FormatWebDataset for one
+// ending in .tar, FormatTokens when a token type or sequence length is
+// given (tokenOptions), else FormatNPY. `cacheagent loader` and the
+// daemon's loader sessions both guess so.
+func GuessFormat(pattern string, tokenOptions bool) Format {
+	switch {
+	case strings.Contains(pattern, "{bin,idx}") || strings.Contains(pattern, "{idx,bin}"):
+		return FormatMegatron
+	case strings.HasSuffix(pattern, ".tar"):
+		return FormatWebDataset
+	case tokenOptions:
+		return FormatTokens
+	}
+	return FormatNPY
 }
 
 // tokens reports whether f is a token format, read as windows.

@@ -70,8 +70,10 @@ func (l *Loader) gather(ctx context.Context, s *slot) {
 		}
 		l.dropRefs(s)
 	} else if l.ds.Format == FormatWebDataset {
-		l.copyRecords(s)
-		if l.cfg.RecordViews {
+		if err := l.copyRecords(s); err != nil {
+			s.err = err
+		}
+		if l.cfg.RecordViews && s.err == nil {
 			s.batch.ZeroCopy = true // the slot keeps its references until Release
 		} else {
 			l.dropRefs(s)

@@ -46,6 +46,7 @@ type Loader struct {
 	names       []string // the batch arrays' names and specs
 	specs       []Spec
 	tokStart    []int64 // token datasets: each shard's first token, then the total
+	fieldBytes  []int   // WebDataset fields' data buffers, with fixedFields
 	perEpoch    int     // batches per epoch
 	start       State
 	end         int // the epoch after the last
@@ -125,7 +126,7 @@ func prepare(s settings) (*Loader, error) {
 		l.names, l.specs = nil, nil
 	}
 	if l.ds.Format.tokens() {
-		l.names, l.specs = tokenOutputs(l.ds)
+		l.names, l.specs = tokenOutputs(l.ds, s.TokenOut)
 		l.tokStart = make([]int64, len(l.ds.Groups)+1)
 		for i, g := range l.ds.Groups {
 			l.tokStart[i+1] = l.tokStart[i] + g.Tokens
@@ -187,6 +188,9 @@ func (l *Loader) makeSlots() error {
 		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.names, Arrays: make([]array.Array, len(l.names)), s: s}
 		if len(l.ds.Fields) > 0 {
 			s.batch.Fields = make([]Field, len(l.ds.Fields))
+			if err := l.fieldBuffers(s); err != nil {
+				return err
+			}
 		}
 		for j, sp := range l.specs {
 			buf, err := l.newBuffer(b * l.rowSize[j])

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 
@@ -185,10 +186,84 @@ func (l *Loader) acquireRecords(ctx context.Context, gi int) (Lease, []byte, *we
 	return ls, b, x, nil
 }
 
+// fixedFields reports whether WebDataset fields are gathered into
+// fixed buffers from Config.NewBuffer (see Config.FieldBytes).
+func (l *Loader) fixedFields() bool { return l.cfg.NewBuffer != nil && !l.cfg.RecordViews }
+
+// fieldBuffers allocates s's field buffers from Config.NewBuffer, in
+// Dataset.Fields order, offsets then data, when fixedFields.
+func (l *Loader) fieldBuffers(s *slot) error {
+	if !l.fixedFields() {
+		return nil
+	}
+	if l.fieldBytes == nil {
+		sizes, err := l.ds.FieldBytes(l.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		for j := range sizes {
+			if l.cfg.FieldBytes > 0 {
+				sizes[j] = l.cfg.FieldBytes
+			}
+		}
+		l.fieldBytes = sizes
+	}
+	n := l.cfg.BatchSize + 1
+	for j, name := range l.ds.Fields {
+		offs, err := l.newBuffer(8 * n)
+		if err != nil {
+			return fmt.Errorf("loader: field %q: offsets buffer of %d bytes: %w", name, 8*n, err)
+		}
+		data, err := l.newBuffer(l.fieldBytes[j])
+		if err != nil {
+			return fmt.Errorf("loader: field %q: data buffer of %d bytes: %w", name, l.fieldBytes[j], err)
+		}
+		if !aligned(offs, 8) {
+			return fmt.Errorf("%w: NewBuffer's offsets buffer for field %q is not 8-byte aligned", ErrConfig, name)
+		}
+		f := &s.batch.Fields[j]
+		f.Name = name
+		// The offsets are int64s in the host's byte order (little-endian
+		// on every platform the loader runs on).
+		f.Offsets = unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(offs))), n)[:0]
+		f.Data = data[:0:l.fieldBytes[j]]
+	}
+	return nil
+}
+
+// FieldBytes returns, for each of a WebDataset dataset's fields, batch ×
+// its largest member in the shards' indexes: the most bytes the field can
+// hold in a batch of batch samples. Every shard must have its Index.
+func (d Dataset) FieldBytes(batch int) ([]int, error) {
+	largest := make([]int64, len(d.Fields))
+	for gi, g := range d.Groups {
+		if g.Index == nil {
+			return nil, fmt.Errorf("%w: shard %d (%s) has no index: set Config.FieldBytes", ErrConfig, gi, g.Objects[0])
+		}
+		for i := range g.Index.NumSamples() {
+			for _, f := range g.Index.Sample(i).Fields {
+				if j := slices.Index(d.Fields, f.Name); j >= 0 {
+					largest[j] = max(largest[j], f.Size)
+				}
+			}
+		}
+	}
+	out := make([]int, len(largest))
+	for j, n := range largest {
+		if n > 0 && int64(batch) > (1<<46)/n {
+			return nil, fmt.Errorf("%w: field %q: %d samples of up to %d bytes", ErrConfig, d.Fields[j], batch, n)
+		}
+		out[j] = int(max(int64(batch)*n, 1))
+	}
+	return out, nil
+}
+
 // copyRecords fills s's fields: copies into its buffers (Arrow's binary
-// layout), or, with Config.RecordViews, views of the mappings.
-func (l *Loader) copyRecords(s *slot) {
+// layout), or, with Config.RecordViews, views of the mappings. With
+// fixedFields, a field that outgrows its buffer fails the batch.
+func (l *Loader) copyRecords(s *slot) error {
 	var copied int64
+	fixed := l.fixedFields()
 	for j, name := range l.ds.Fields {
 		f := &s.batch.Fields[j]
 		f.Name = name
@@ -197,7 +272,7 @@ func (l *Loader) copyRecords(s *slot) {
 		} else {
 			f.Offsets, f.Data = append(f.Offsets[:0], 0), f.Data[:0]
 		}
-		for _, p := range s.picks {
+		for i, p := range s.picks {
 			g := s.groups[p.g]
 			v, ok := g.tar.Sample(p.row).Field(name)
 			var b []byte
@@ -208,10 +283,15 @@ func (l *Loader) copyRecords(s *slot) {
 				f.Views = append(f.Views, b)
 				continue
 			}
+			if fixed && len(b) > cap(f.Data)-len(f.Data) {
+				return fmt.Errorf("%w: batch %d of epoch %d, field %q: sample %d (id %d) brings it past %d bytes",
+					ErrFieldBytes, s.batch.Index, s.batch.Epoch, name, i, s.batch.IDs[i], cap(f.Data))
+			}
 			f.Data = append(f.Data, b...)
 			f.Offsets = append(f.Offsets, int64(len(f.Data)))
 		}
 		copied += int64(len(f.Data))
 	}
 	l.counters.gathered.Add(copied)
+	return nil
 }

@@ -1,13 +1,17 @@
 package loader
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/internal/cachetest"
@@ -96,7 +100,10 @@ func drainTokensFrom(t *testing.T, src Source, cfg Config) []tokenBatch {
 		if !ok || len(b.Names) != 1 || a.Shape[0] != b.Len() || a.Shape[1] != cfg.Dataset.Token.SeqLen+1 || b.ZeroCopy {
 			t.Fatalf("batch %d: names %v, shape %v, zero-copy %v", len(out), b.Names, a.Shape, b.ZeroCopy)
 		}
-		v, err := a.Uint16s()
+		if want := cmp.Or(cfg.TokenOut, cfg.Dataset.Token.DType); a.DType != want {
+			t.Fatalf("batch %d: tokens of %s; want %s", len(out), a.DType, want)
+		}
+		v, err := uint16Tokens(a)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,6 +115,38 @@ func drainTokensFrom(t *testing.T, src Source, cfg Config) []tokenBatch {
 		out = append(out, tb)
 		b.Release()
 	}
+}
+
+// uint16Tokens returns a's tokens, uint16 or widened to int32 or int64
+// (Config.TokenOut), as uint16s; a widened token out of range is an error.
+func uint16Tokens(a array.Array) ([]uint16, error) {
+	var wide []int64
+	switch a.DType {
+	case array.Uint16:
+		return a.Uint16s()
+	case array.Int32:
+		v, err := a.Int32s()
+		if err != nil {
+			return nil, err
+		}
+		for _, x := range v {
+			wide = append(wide, int64(x))
+		}
+	default:
+		v, err := a.Int64s()
+		if err != nil {
+			return nil, err
+		}
+		wide = v
+	}
+	out := make([]uint16, len(wide))
+	for i, x := range wide {
+		if x < 0 || x > 0xffff {
+			return nil, fmt.Errorf("token %d of %s: %d is not a uint16", i, a.DType, x)
+		}
+		out[i] = uint16(x)
+	}
+	return out, nil
 }
 
 // checkWindows checks every batch's windows against want, by id, and its
@@ -204,6 +243,14 @@ func TestTokenWindowsGo(t *testing.T) {
 	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
 	cfg.Shuffle, cfg.Window = sampler.ShardWindow, 1
 	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+	for _, out := range []array.DType{array.Int64, array.Int32} {
+		cfg.TokenOut = out // widened as gathered, across file boundaries
+		checkWindows(t, cfg, drainTokens(t, e, cfg), want)
+	}
+	cfg.TokenOut = array.Uint8
+	if _, err := New(FromStore(e.store), cfg); !errors.Is(err, ErrConfig) {
+		t.Errorf("New with TokenOut uint8 = %v; want ErrConfig", err)
+	}
 }
 
 // putTokenFiles writes raw uint16 files tok/part-a.bin, part-b.bin… of
@@ -234,4 +281,90 @@ func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset,
 		t.Fatalf("%d windows; want %d", n, len(want))
 	}
 	return ds, want
+}
+
+// TestWiden converts tokens of every integer type to int32 and int64, from
+// aligned and misaligned buffers.
+func TestWiden(t *testing.T) {
+	vals := []int64{0, 1, 7, 100, 127}
+	for _, in := range []array.DType{array.Int8, array.Uint8, array.Int16, array.Uint16, array.Int32, array.Uint32,
+		array.Int64, array.Uint64} {
+		for _, out := range []array.DType{array.Int32, array.Int64} {
+			if !widens(in, out) {
+				continue
+			}
+			for _, shift := range []int{0, 1} {
+				n, osize := in.Size(), out.Size()
+				src := make([]byte, shift+n*len(vals)+n)[shift : shift+n*len(vals)]
+				for i, v := range vals {
+					for k := range n {
+						src[i*n+k] = byte(uint64(v) >> (8 * k))
+					}
+				}
+				dst := make([]byte, osize*len(vals))
+				widen(dst, src, in, out)
+				for i, v := range vals {
+					var got int64
+					if osize == 4 {
+						got = int64(int32(binary.LittleEndian.Uint32(dst[4*i:])))
+					} else {
+						got = int64(binary.LittleEndian.Uint64(dst[8*i:]))
+					}
+					if got != v {
+						t.Errorf("widen %s to %s (shift %d): token %d = %d; want %d", in, out, shift, i, got, v)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestTokenErrors checks that malformed token datasets are errors naming
+// the object.
+func TestTokenErrors(t *testing.T) {
+	e := newDirEnv(t)
+	e.dir.Put(t, testBucket, "odd/a.bin", []byte{1, 2, 3})
+	hdr := make([]byte, 1024+4)
+	binary.LittleEndian.PutUint32(hdr, 20240520)
+	binary.LittleEndian.PutUint32(hdr[4:], 1)
+	binary.LittleEndian.PutUint32(hdr[8:], 5) // 5 tokens, 2 follow
+	e.dir.Put(t, testBucket, "short/a.bin", hdr)
+	idx := megatronIndex([]int32{4}, []int64{0})
+	e.dir.Put(t, testBucket, "mt/a.idx", idx)
+	e.dir.Put(t, testBucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
+	for _, tc := range []struct{ prefix, pattern, obj string }{
+		{"odd/", "*.bin", "odd/a.bin"},
+		{"short/", "*.bin", "short/a.bin"},
+		{"mt/", "*.{bin,idx}", "mt/a.idx"},
+	} {
+		f := FormatTokens
+		if tc.prefix == "mt/" {
+			f = FormatMegatron
+		}
+		_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.prefix, tc.pattern,
+			Options{Format: f, TokenDType: array.Uint16, SeqLen: 4})
+		if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), tc.obj) {
+			t.Errorf("%s: %v; want ErrDataset naming %s", tc.prefix, err, tc.obj)
+		}
+	}
+}
+
+// megatronIndex encodes a uint16 Megatron index of one document per
+// sequence.
+func megatronIndex(lengths []int32, pointers []int64) []byte {
+	b := []byte("MMIDIDX\x00\x00")
+	b = binary.LittleEndian.AppendUint64(b, 1)
+	b = append(b, 8)
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)))
+	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)+1))
+	for _, n := range lengths {
+		b = binary.LittleEndian.AppendUint32(b, uint32(n))
+	}
+	for _, p := range pointers {
+		b = binary.LittleEndian.AppendUint64(b, uint64(p))
+	}
+	for i := range len(lengths) + 1 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(i))
+	}
+	return b
 }

@@ -28,13 +28,17 @@ type BytesLease interface {
 	Bytes() []byte
 }
 
-// tokenOutputs returns a token dataset's batch array name and spec.
-func tokenOutputs(d Dataset) ([]string, []Spec) {
+// tokenOutputs returns a token dataset's batch array name and spec, of
+// element type out (0: the tokens' own).
+func tokenOutputs(d Dataset, out array.DType) ([]string, []Spec) {
+	if out == 0 {
+		out = d.Token.DType
+	}
 	bo := array.Little
-	if d.Token.DType.Size() == 1 {
+	if out.Size() == 1 {
 		bo = array.NotApplicable
 	}
-	return []string{TokensName}, []Spec{{DType: d.Token.DType, ByteOrder: bo, Row: []int{d.Token.SeqLen + 1}}}
+	return []string{TokensName}, []Spec{{DType: out, ByteOrder: bo, Row: []int{d.Token.SeqLen + 1}}}
 }
 
 // tokenEnd returns the end (exclusive) of the tokens the windows of shard
@@ -201,7 +205,7 @@ func (l *Loader) copyWindows(s *slot) error {
 			q := s.picks[i+1]
 			prefetchWindow(s.groups[q.g].segs, s.batch.IDs[i+1]*L, item)
 		}
-		if err := copyTokens(dst[i*rs:(i+1)*rs], s.groups[p.g].segs, s.batch.IDs[i]*L, item); err != nil {
+		if err := l.copyWindow(dst[i*rs:(i+1)*rs], s.groups[p.g].segs, s.batch.IDs[i]*L, item); err != nil {
 			return fmt.Errorf("loader: window %d: %w", s.batch.IDs[i], err)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -37,6 +36,7 @@ type LoaderFlags struct {
 	Format      string
 	SeqLen      int
 	TokenDType  string
+	TokenOut    string
 }
 
 // Register adds the flags to fs.
@@ -59,6 +59,7 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 		"(default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
 	fs.IntVar(&f.SeqLen, "seq-len", 0, "token datasets: window length L (samples are L+1 tokens)")
 	fs.StringVar(&f.TokenDType, "token-dtype", "", "raw token files' type, e.g. uint16 (llm.c shards carry theirs)")
+	fs.StringVar(&f.TokenOut, "token-out-dtype", "", "token datasets: batches' type, int64 or int32 (default: the tokens' own)")
 }
 
 // Options returns the loader options the flags describe; records and idx
@@ -76,12 +77,8 @@ func (f *LoaderFlags) Options(records loader.Source, idx loader.IndexCache) (loa
 		if o.Format, err = loader.ParseFormat(f.Format); err != nil {
 			return o, fmt.Errorf("--format: %w", err)
 		}
-	case strings.Contains(f.Pattern, "{bin,idx}") || strings.Contains(f.Pattern, "{idx,bin}"):
-		o.Format = loader.FormatMegatron
-	case strings.HasSuffix(f.Pattern, ".tar"):
-		o.Format = loader.FormatWebDataset
-	case f.TokenDType != "" || f.SeqLen != 0:
-		o.Format = loader.FormatTokens
+	default:
+		o.Format = loader.GuessFormat(f.Pattern, f.TokenDType != "" || f.SeqLen != 0)
 	}
 	if (o.Format == loader.FormatTokens || o.Format == loader.FormatMegatron) && o.SeqLen < 1 {
 		return o, fmt.Errorf("--format %s needs --seq-len", o.Format)
@@ -156,6 +153,11 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
 	if f.ResumeBatch != 0 {
 		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
+	}
+	if f.TokenOut != "" {
+		if cfg.TokenOut, err = loader.ParseDType(f.TokenOut); err != nil {
+			return loader.Config{}, fmt.Errorf("--token-out-dtype: %w", err)
+		}
 	}
 	return cfg, nil
 }

@@ -48,8 +48,11 @@
 //	 88   8  payload bytes (= prod(shape) × item size)
 //
 // Payloads follow the descriptors, each 4096-aligned with room for a full
-// batch; the offsets are fixed for the session. The samples' ids are the
-// last array, "ids", int64. In Python a batch is
+// batch; the offsets are fixed for the session. A variable-length array
+// (ArraySpec.Bytes > 0: a WebDataset field's offsets or data) has room for
+// Bytes bytes and its descriptor's shape is the batch's own ([n+1] offsets,
+// [total bytes] data) rather than [samples, row shape...]. The samples' ids
+// are the last array, "ids", int64. In Python a batch is
 //
 //	np.ndarray(shape, dtype, buffer=ring, offset=slot*slot_bytes+offset)
 //
@@ -64,7 +67,7 @@
 //	{"protocol":1, "session":"…", "token":"…", "data_socket":"…/cacheagent.sock.data",
 //	 "ring_bytes":N, "slot_bytes":M, "slots":K, "batch_size":B,
 //	 "arrays":[{"name":"x","dtype":"|u1","row_shape":[1024]}, …, {"name":"ids","dtype":"<i8","row_shape":[]}],
-//	 "batches_per_epoch":E, "start":{"epoch":0,"batch":0,"fingerprint":F}}
+//	 "format":"npy", "batches_per_epoch":E, "start":{"epoch":0,"batch":0,"fingerprint":F}}
 //
 // and a last line {"ended":"why"} may follow when the session ends while
 // the stream is still open. The client then connects to data_socket

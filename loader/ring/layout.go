@@ -84,6 +84,11 @@ type ArraySpec struct {
 	DType string `json:"dtype"`
 	// Row is the shape of one row (empty for a scalar per sample).
 	Row []int `json:"row_shape"`
+	// Bytes, if positive, makes the array variable-length: its payload
+	// holds up to Bytes bytes, Row is ignored, and each slot's descriptor
+	// gives the batch's shape (Layout.Encode cannot describe it; use
+	// EncodeSlot).
+	Bytes int `json:"bytes,omitempty"`
 }
 
 // RowBytes returns the size of one row, or an error for a malformed spec.
@@ -181,6 +186,9 @@ func NewLayout(maxRows int, arrays []ArraySpec) (Layout, error) {
 			return Layout{}, err
 		}
 		n, ok := product(rb, []int{maxRows})
+		if a.Bytes > 0 {
+			n = a.Bytes
+		}
 		if !ok || n > math.MaxInt64/4-off {
 			return Layout{}, fmt.Errorf("%w: array %q: %d rows of %d bytes", ErrLayout, a.Name, maxRows, rb)
 		}
@@ -215,8 +223,10 @@ type Desc struct {
 
 // Encode writes the header and descriptors of a batch of samples rows
 // into slot (len SlotBytes); the payloads are the caller's. h's Arrays,
-// Samples, SlotSize and Version are set from l.
-func (l Layout) Encode(slot []byte, h Header, samples int) error {
+// Samples, SlotSize and Version are set from l. Shapes gives the shape of
+// each variable-length array (ArraySpec.Bytes), in order; the others'
+// are [samples, Row...].
+func (l Layout) Encode(slot []byte, h Header, samples int, shapes ...[]int) error {
 	if len(slot) < l.SlotBytes || samples < 0 || samples > l.MaxRows {
 		return fmt.Errorf("%w: %d samples in a slot of %d bytes (want ≤ %d samples, %d bytes)",
 			ErrLayout, samples, len(slot), l.MaxRows, l.SlotBytes)
@@ -225,6 +235,17 @@ func (l Layout) Encode(slot []byte, h Header, samples int) error {
 	for j, a := range l.Arrays {
 		descs[j] = Desc{Name: j, DType: a.DType, Shape: append([]int{samples}, a.Row...), Offset: l.Offsets[j],
 			NBytes: samples * l.RowBytes[j]}
+		if a.Bytes <= 0 {
+			continue
+		}
+		if len(shapes) == 0 {
+			return fmt.Errorf("%w: no shape for variable-length array %q", ErrLayout, a.Name)
+		}
+		n, ok := product(l.RowBytes[j], shapes[0])
+		if !ok || n > a.Bytes || len(shapes[0]) == 0 {
+			return fmt.Errorf("%w: array %q: shape %v in %d bytes", ErrLayout, a.Name, shapes[0], a.Bytes)
+		}
+		descs[j].Shape, descs[j].NBytes, shapes = shapes[0], n, shapes[1:]
 	}
 	h.Version, h.Arrays, h.Samples, h.SlotSize = LayoutVersion, len(l.Arrays), samples, uint64(l.SlotBytes)
 	return EncodeSlot(slot, h, descs)

@@ -128,3 +128,35 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// TestLayoutVariable lays out variable-length arrays: their room is Bytes,
+// and Encode takes their shapes from the caller, refusing one that does not
+// fit or is missing.
+func TestLayoutVariable(t *testing.T) {
+	arrays := []ArraySpec{{Name: "f.offsets", DType: "<i8", Row: []int{}, Bytes: 8 * 5},
+		{Name: "f.data", DType: "|u1", Row: []int{}, Bytes: 10000}, {Name: "ids", DType: "<i8", Row: []int{}}}
+	l, err := NewLayout(4, arrays)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Capacity[0] != Align || l.Capacity[1] != 3*Align {
+		t.Fatalf("capacities %v; want %d and %d", l.Capacity, Align, 3*Align)
+	}
+	slot := make([]byte, l.SlotBytes)
+	if err := l.Encode(slot, Header{Seq: 1}, 3, []int{4}, []int{777}); err != nil {
+		t.Fatal(err)
+	}
+	_, descs, err := Decode(slot, len(arrays))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := descs[1]; d.NBytes != 777 || len(d.Shape) != 1 || d.Shape[0] != 777 || descs[0].NBytes != 32 ||
+		descs[2].NBytes != 24 {
+		t.Fatalf("descriptors %+v", descs)
+	}
+	for _, shapes := range [][][]int{{{4}}, {{4}, {10001 + Align*3}}, {{6}, {1}}} {
+		if err := l.Encode(slot, Header{}, 3, shapes...); !errors.Is(err, ErrLayout) {
+			t.Errorf("Encode with shapes %v = %v; want ErrLayout", shapes, err)
+		}
+	}
+}

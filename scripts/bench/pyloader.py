@@ -56,9 +56,21 @@ def _stop(p: subprocess.Popen) -> None:
             p.wait()
 
 
-def setup(tmp: Path, args: argparse.Namespace, procs: list) -> tuple:
-    """Build, start the emulator and the daemon, upload the dataset;
-    return (socket, data URI)."""
+def cleanup(procs: list, *dirs: Path) -> None:
+    """Stop procs (last started first) and remove dirs."""
+    for p in reversed(procs):
+        _stop(p)
+        if p.stdout:
+            p.stdout.close()
+    for d in dirs:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def start(tmp: Path, procs: list, disk_max: str = "8GiB") -> tuple:
+    """Build (or copy $CACHEAGENT_BIN_DIR's), start the emulator (bucket
+    "bench", empty) and a daemon whose disk tier is tmp/disk; return (socket,
+    an upload function upload(name, data)); upload.endpoint is the
+    emulator's endpoint, as the daemon's config takes it."""
     bin_dir = tmp / "bin"
     bin_dir.mkdir()
     prebuilt = os.environ.get("CACHEAGENT_BIN_DIR")  # a directory with cacheagent and gcsemu built already
@@ -76,23 +88,19 @@ def setup(tmp: Path, args: argparse.Namespace, procs: list) -> tuple:
     if not endpoint.startswith("http://"):
         sys.exit(f"gcsemu printed no endpoint: {endpoint!r}")
     base = endpoint.split("/storage/v1/")[0]
-    rng = np.random.default_rng(1)
-    from numpy.lib import format as fmt
 
-    for k in range(args.shards):
-        for suffix, a in (("x", rng.integers(0, 255, (args.rows, args.sample_bytes), dtype=np.uint8)),
-                          ("y", np.arange(args.rows, dtype=np.int64))):
-            buf = io.BytesIO()
-            fmt.write_array(buf, a)
-            name = f"pyloader/shard-{k:04d}.{suffix}.npy"
-            req = urllib.request.Request(f"{base}/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name="
-                                         f"{quote(name, safe='')}", data=buf.getvalue(), method="POST")
-            urllib.request.urlopen(req, timeout=60).read()
+    def upload(name: str, data: bytes) -> None:
+        req = urllib.request.Request(f"{base}/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name="
+                                     f"{quote(name, safe='')}", data=data, method="POST")
+        urllib.request.urlopen(req, timeout=120).read()
+
+    upload.endpoint = endpoint
+
     (tmp / "disk").mkdir()
     sock = str(tmp / "control.sock")
     cfg = tmp / "cacheagent.yaml"
     cfg.write_text("tiers:\n"
-                   f"  disk: {{dir: {tmp / 'disk'}, max: 8GiB}}\n"
+                   f"  disk: {{dir: {tmp / 'disk'}, max: {disk_max}}}\n"
                    "  shm: {dir: none}\n"
                    f"fetch: {{endpoint: \"{endpoint}\"}}\n"
                    f"control: {{socket: {sock}}}\n"
@@ -110,6 +118,22 @@ def setup(tmp: Path, args: argparse.Namespace, procs: list) -> tuple:
             if time.monotonic() > deadline:
                 sys.exit("the daemon did not start:\n" + (tmp / "daemon.log").read_text()[-3000:])
             time.sleep(0.05)
+    return sock, upload
+
+
+def setup(tmp: Path, args: argparse.Namespace, procs: list) -> tuple:
+    """Build, start the emulator and the daemon, upload the dataset;
+    return (socket, data URI)."""
+    sock, upload = start(tmp, procs)
+    rng = np.random.default_rng(1)
+    from numpy.lib import format as fmt
+
+    for k in range(args.shards):
+        for suffix, a in (("x", rng.integers(0, 255, (args.rows, args.sample_bytes), dtype=np.uint8)),
+                          ("y", np.arange(args.rows, dtype=np.int64))):
+            buf = io.BytesIO()
+            fmt.write_array(buf, a)
+            upload(f"pyloader/shard-{k:04d}.{suffix}.npy", buf.getvalue())
     return sock, f"gs://{BUCKET}/pyloader/"
 
 
@@ -186,11 +210,7 @@ def main() -> None:
         print(f"warm epoch through the iterator: {samples / warm:,.0f} samples/s ({samples} samples in {warm:.3f} s; "
               f"blocked waiting for batches {waited:.3f} s); cold first epoch {n / cold:,.0f} samples/s")
     finally:
-        for p in reversed(procs):
-            _stop(p)
-            if p.stdout:
-                p.stdout.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        cleanup(procs, tmp)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ baseline), each copy timed with CUDA events. Needs a CUDA GPU and torch.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -87,11 +86,7 @@ def main() -> None:
                       f"torch pinned buffer {staged:.1f} GB/s, ring registered {pinned:.1f} GB/s "
                       f"({pinned / staged:.2f} of the pinned buffer's rate)")
     finally:
-        for p in reversed(procs):
-            pyloader._stop(p)
-            if p.stdout:
-                p.stdout.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        pyloader.cleanup(procs, tmp)
 
 
 if __name__ == "__main__":

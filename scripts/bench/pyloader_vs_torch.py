@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
@@ -136,12 +135,7 @@ def main() -> None:
                "handoff_met": res["loader"]["handoff_median_us"] <= 20}
         print(json.dumps(rep))
     finally:
-        for p in reversed(procs):
-            pyloader._stop(p)
-            if p.stdout:
-                p.stdout.close()
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(shm, ignore_errors=True)
+        pyloader.cleanup(procs, tmp, shm)
 
 
 if __name__ == "__main__":

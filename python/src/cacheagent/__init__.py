@@ -29,12 +29,14 @@ from .errors import (CacheagentError, ChecksumError, ClientClosed, DaemonNotRunn
                      DaemonUnavailable, InternalError, InvalidName, InvalidRequest, NoShm, NoSpace, NotFound,
                      ResourceNotFound, SessionEnded)
 from .lease import Lease, ObjectAttrs
+from .batch import Field
 from .loader import Batch, Loader
 from .plan import Plan, PlanInfo, plan
 from .uri import URI, ObjectLike, ObjectRef, object_of, parse_object, parse_prefix, parse_uri
 
 __all__ = [
-    "__version__", "DEFAULT_SOCKET", "Client", "Loader", "Batch", "DaemonInfo", "Lease", "ObjectAttrs", "Plan", "PlanInfo",
+    "__version__", "DEFAULT_SOCKET", "Client", "Loader", "Batch", "Field", "DaemonInfo", "Lease", "ObjectAttrs",
+    "Plan", "PlanInfo",
     "URI", "ObjectRef", "ObjectLike", "open", "plan", "parse_uri", "parse_object", "parse_prefix", "object_of",
     "CacheagentError", "NotFound", "InvalidName", "ChecksumError", "NoSpace", "NoShm", "ResourceNotFound",
     "InvalidRequest", "DaemonUnavailable", "DaemonNotRunning", "DaemonTimeout", "SessionEnded",

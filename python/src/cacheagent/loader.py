@@ -32,7 +32,6 @@ import mmap
 import os
 import socket as _socket
 import struct
-import sys
 import time
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
@@ -47,22 +46,10 @@ from ._ring import (  # noqa: F401
     _TYPE, _HEADER, _DESC, _DESC_OFF, STATE_READY, CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL,
     _ring_error,
 )
+from ._request import _default_rank_world, session_request
 from .batch import Batch
 
 __all__ = ["Loader", "Batch"]
-
-def _default_rank_world() -> Tuple[int, int]:
-    """torch.distributed's rank and world size if torch is imported and the
-    process group initialised; else RANK / WORLD_SIZE; else 0 and 1."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        dist = getattr(torch, "distributed", None)
-        try:
-            if dist is not None and dist.is_available() and dist.is_initialized():
-                return int(dist.get_rank()), int(dist.get_world_size())
-        except Exception:  # pragma: no cover - a half-initialised torch
-            pass
-    return int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
 
 
 class Loader:
@@ -92,6 +79,24 @@ class Loader:
         prefetch: ring slots (batches held here, ready, or being gathered;
             0: the daemon's default of 4).
         workers: the daemon's gathering goroutines (0: its default).
+        format: the shards' format: ``"npy"``, ``"tokens"`` (raw token
+            files such as nanoGPT's train.bin, or llm.c shards),
+            ``"megatron"`` (a ``{bin,idx}`` pattern) or ``"webdataset"``
+            (tar shards); ``None`` guesses as ``cacheagent loader`` does
+            (megatron for ``{bin,idx}``, webdataset for ``*.tar``, tokens
+            with ``seq_len`` or ``token_dtype``, else npy).
+        seq_len: a token dataset's window length L: sample k is tokens
+            [k·L, k·L+L+1) of the shards' concatenated stream, and a batch's
+            ``"tokens"`` array has shape (batch, L+1).
+        token_dtype: raw token files' type (``"uint16"``, ``"int32"``…;
+            llm.c shards and Megatron indexes carry theirs).
+        token_out_dtype: the ``"tokens"`` array's type: ``None`` for the
+            tokens' own, ``"int64"`` (or ``"int32"``) to have the daemon widen
+            them as it gathers, so that ``torch.from_numpy(batch["tokens"])``
+            is an index tensor with no copy here (torch 1.13 has no uint16).
+        field_bytes: bounds each WebDataset field's bytes per batch (the
+            field's data array in the ring); 0: ``batch_size`` × the field's
+            largest member. A batch that does not fit ends the session.
         keep: how many yielded batches stay valid (1..prefetch): a batch is
             released when the iterator has moved ``keep`` batches further.
         socket: the daemon's control socket.
@@ -109,7 +114,9 @@ class Loader:
     def __init__(self, data: Optional[str] = None, *, pattern: Optional[str] = None, manifest: Any = None,
                  batch_size: int, shuffle: Optional[str] = None, window: int = 0, seed: int = 0, epoch: int = 0,
                  epochs: int = 1, rank: Optional[int] = None, world_size: Optional[int] = None,
-                 drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0, keep: int = 1,
+                 drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
+                 format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
+                 token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1,
                  socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
@@ -123,27 +130,12 @@ class Loader:
             r, w = _default_rank_world()
             rank = r if rank is None else rank
             world_size = w if world_size is None else world_size
-        req: Dict[str, Any] = {"batch_size": int(batch_size)}
-        if data is not None:
-            req["data"] = str(data)
-        if pattern is not None:
-            req["pattern"] = pattern
-        if manifest is not None:
-            if isinstance(manifest, (str, bytes, os.PathLike)) and not str(
-                    manifest if not isinstance(manifest, bytes) else manifest.decode()).lstrip().startswith("{"):
-                with open(manifest, "rb") as f:  # a manifest file's path
-                    manifest = f.read()
-            req["manifest"] = json.loads(manifest) if isinstance(manifest, (str, bytes)) else manifest
-        if shuffle:
-            req["shuffle"] = shuffle
-        for k, v in (("window", window), ("seed", seed), ("epoch", epoch), ("epochs", epochs), ("rank", rank),
-                     ("world", world_size), ("prefetch", prefetch), ("workers", workers)):
-            if v:
-                req[k] = int(v)
-        if drop_last:
-            req["drop_last"] = True
-        if not wrap:
-            req["tail"] = "drop"
+        req = session_request(data, pattern, manifest, batch_size,
+                              {"shuffle": shuffle, "format": format, "token_dtype": token_dtype,
+                               "token_out_dtype": token_out_dtype},
+                              {"window": window, "seed": seed, "epoch": epoch, "epochs": epochs, "rank": rank,
+                               "world": world_size, "prefetch": prefetch, "workers": workers, "seq_len": seq_len,
+                               "field_bytes": field_bytes}, drop_last, wrap)
         self._req = req
         self.rank, self.world_size = int(rank), int(world_size)
         self.keep = int(keep)
@@ -188,6 +180,8 @@ class Loader:
         self.batches_per_epoch: int = int(info["batches_per_epoch"])
         self.array_specs: List[Dict[str, Any]] = list(info["arrays"])
         self._names = [a["name"] for a in self.array_specs]
+        self.format: str = str(info.get("format") or "npy")
+        self.fields: List[str] = list(info.get("fields") or [])
         start = info.get("start") or {}
         self._fingerprint = int(start.get("fingerprint", 0))
         self._pos = (int(start.get("epoch", 0)), int(start.get("batch", 0)))  # the next Ready's place
@@ -364,7 +358,7 @@ class Loader:
                 dt = dtypes[d[2]] = np.dtype(d[2].rstrip(b"\0").decode())
             ndim = d[1]
             arrays[names[d[0]]] = np.ndarray(d[3:3 + ndim], dt, ring, base + d[11])
-        return Batch(arrays, epoch, index, seq, slot, self)
+        return Batch(arrays, epoch, index, seq, slot, self, self.fields)
 
     def _seek(self, epoch: int, batch: int) -> None:
         """Restart the stream at (epoch, batch) (protocol's Seek)."""
