@@ -95,7 +95,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		return nil, errors.Join(err, d.closeCache())
 	}
 	if err := d.listen(cfg); err != nil {
-		return nil, errors.Join(err, d.closeFleet(ctx), d.closeCache())
+		err = errors.Join(err, d.closeFleet(ctx))
+		d.servers.Wait() // the fleet's goroutines
+		return nil, errors.Join(err, d.closeCache())
 	}
 	if err := d.mount(ctx, cfg); err != nil {
 		d.stopRequests()
@@ -103,7 +105,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		if d.metLn != nil {
 			d.metLn.Close()
 		}
-		return nil, errors.Join(err, d.closeFleet(ctx), d.closeCache())
+		err = errors.Join(err, d.closeFleet(ctx))
+		d.servers.Wait() // the fleet's goroutines
+		return nil, errors.Join(err, d.closeCache())
 	}
 	d.serve()
 	d.scrub = startScrubber(d.cache, d.log, cfg.Tiers.Scrub)

@@ -8,7 +8,9 @@ import (
 	"strings"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -50,6 +52,19 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	}
 	d.fleet = f
 	p.owners.f.Store(f)
+	// The disk tier keeps what this node owns first; ownership moves with
+	// every membership change.
+	owns := func(o fetch.Object) bool {
+		ms := f.Owners(peer.ObjectKey(o), 1)
+		return len(ms) == 1 && ms[0].Name == f.Name()
+	}
+	d.cache.SetOwnership(owns)
+	changes, _ := f.Subscribe() // closed when the fleet closes
+	d.servers.Go(func() {
+		for range changes {
+			d.cache.SetOwnership(owns)
+		}
+	})
 	d.servers.Go(func() {
 		if err := p.http.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("peer server failed", "err", err)

@@ -169,6 +169,10 @@ type Candidate[K comparable] struct {
 	// of its reads). It counts as needed next (Next 0) when no plan lists
 	// it ahead of a reader.
 	Due bool
+	// Keep marks an entry to evict after the others no plan uses again (a
+	// copy this node owns for its fleet): among those, entries without it
+	// go first.
+	Keep bool
 	// Next is the distance to the entry's next use; Order fills it in.
 	Next int
 }
@@ -193,6 +197,9 @@ func (x *Index[K]) Order(cands []Candidate[K]) {
 	slices.SortStableFunc(cands, func(a, b Candidate[K]) int {
 		if c := cmp.Compare(b.Next, a.Next); c != 0 {
 			return c
+		}
+		if a.Next == Never && a.Keep != b.Keep {
+			return boolCmp(a.Keep, b.Keep)
 		}
 		return cmp.Compare(a.LastUse, b.LastUse)
 	})

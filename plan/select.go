@@ -29,7 +29,12 @@ func (x *Index[K]) Select(cands []Candidate[K], need int64, farther int) (n int,
 	never := partition(cands, func(c Candidate[K]) bool { return c.Next == Never })
 	rest := never + partition(cands[never:], func(c Candidate[K]) bool { return c.Next > farther })
 	unplanned := cands[:never]
-	slices.SortFunc(unplanned, func(a, b Candidate[K]) int { return cmp.Compare(a.LastUse, b.LastUse) })
+	slices.SortFunc(unplanned, func(a, b Candidate[K]) int {
+		if a.Keep != b.Keep {
+			return boolCmp(a.Keep, b.Keep)
+		}
+		return cmp.Compare(a.LastUse, b.LastUse)
+	})
 	for n < len(unplanned) && freed < need {
 		freed += unplanned[n].Size
 		n++
@@ -98,4 +103,15 @@ func down[K comparable](h []Candidate[K], i int) {
 		h[i], h[m] = h[m], h[i]
 		i = m
 	}
+}
+
+// boolCmp orders false before true.
+func boolCmp(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }

@@ -24,7 +24,7 @@ func TestSelectMatchesOrder(t *testing.T) {
 		ages := rng.Perm(len(cands))
 		for i := range cands {
 			cands[i] = Candidate[int]{Key: rng.IntN(keys), Size: 1 + rng.Int64N(5), LastUse: int64(ages[i]), Tag: i,
-				Due: rng.IntN(4) == 0}
+				Due: rng.IntN(4) == 0, Keep: rng.IntN(3) == 0}
 		}
 		need := rng.Int64N(30)
 		farther := rng.IntN(20) - 1

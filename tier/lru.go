@@ -69,6 +69,10 @@ type entry struct {
 	promoting bool
 	// staleSet is the value a stale flag created now starts with.
 	staleSet bool
+	// owned caches ownership.keepLocked's answer for ownership version
+	// ownVer (0: not asked yet).
+	owned  bool
+	ownVer uint32
 	// counted records that the copy's blocks are in st.inUse (see
 	// syncInUseLocked).
 	counted bool
@@ -340,6 +344,9 @@ func (c *Cache) buryLocked(e *entry) {
 func (st *store) lruVictimsLocked(need int64, skip *entry) (victims []*entry, freed int64) {
 	if st.plans.active() {
 		return st.plans.victimsLocked(st, need, skip)
+	}
+	if st.own.owns != nil {
+		return st.lruOwnedVictimsLocked(need, skip)
 	}
 	for e := st.lru.back(); e != nil && freed < need; e = st.lru.prev(e) {
 		if e.inUseLocked() || e == skip {

@@ -38,7 +38,7 @@ func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string
 		if e.inUseLocked() || e == skip {
 			continue
 		}
-		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Due: p.dueLocked(e.key),
+		p.cands = append(p.cands, plan.Candidate[string]{Key: e.key, Size: e.rec.blocks, LastUse: age, Due: p.dueLocked(e.key), Keep: st.own.keepLocked(e),
 			Tag: len(p.ents)})
 		p.ents = append(p.ents, e)
 	}

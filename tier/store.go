@@ -57,6 +57,8 @@ type store struct {
 	// plans, shared by both stores, orders eviction while plans are
 	// announced; set once at Open.
 	plans *plans
+	// own is the base store's ownership preference (Cache.SetOwnership).
+	own ownership
 }
 
 // openStore takes the lock of dir, creates its layout and sizes its budget

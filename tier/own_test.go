@@ -1,0 +1,67 @@
+package tier
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/fetch"
+)
+
+// ownsPrefix is an ownership that owns the objects under "own/".
+func ownsPrefix(o fetch.Object) bool { return strings.HasPrefix(o.Name, "own/") }
+
+// TestOwnershipEvictsUnownedFirst fills a cache of three objects with two
+// owned and one unowned copy, the owned ones least recently used: new
+// objects displace the unowned copy first, then owned ones in LRU order;
+// without the preference, plain LRU.
+func TestOwnershipEvictsUnownedFirst(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	c.SetOwnership(ownsPrefix)
+	o := e.putObjects(t, "own/a", "own/b", "x", "y", "z")
+	touch(t, c, o[0], o[1], o[2]) // LRU order: own/a, own/b, x
+	touch(t, c, o[3])
+	if got := residents(c, "own/a", "own/b", "x", "y"); !got["own/a"] || !got["own/b"] || got["x"] || !got["y"] {
+		t.Errorf("after opening y: cached %v; want x evicted, the owned copies kept", got)
+	}
+	touch(t, c, o[4]) // y is the only unowned copy left, and the most recent but one
+	if got := residents(c, "own/a", "own/b", "y", "z"); !got["own/a"] || !got["own/b"] || got["y"] || !got["z"] {
+		t.Errorf("after opening z: cached %v; want y evicted", got)
+	}
+	touch(t, c, o[2]) // only z is unowned: it goes although own/a is older
+	if got := residents(c, "own/a", "own/b", "z", "x"); !got["own/a"] || !got["own/b"] || got["z"] || !got["x"] {
+		t.Errorf("after opening x: cached %v; want z evicted", got)
+	}
+	c.SetOwnership(nil)
+	touch(t, c, o[3]) // plain LRU again: own/a, the least recently used, goes
+	if got := residents(c, "own/a", "own/b", "x", "y"); got["own/a"] || !got["own/b"] || !got["x"] || !got["y"] {
+		t.Errorf("without ownership: cached %v; want own/a evicted (LRU)", got)
+	}
+	checkInvariants(t, c)
+}
+
+// TestOwnershipWithPlans checks the preference among copies no plan
+// needs while a plan is announced, and that a change of ownership is seen.
+func TestOwnershipWithPlans(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	hooks := planHooks(c)
+	c.SetOwnership(ownsPrefix)
+	o := e.putObjects(t, "own/a", "x", "p", "q")
+	touch(t, c, o[0], o[1], o[2]) // own/a, x: no plan needs them; p is planned
+	if err := c.Plan(context.Background(), "plan", []fetch.Object{o[2]}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	touch(t, c, o[3])
+	if got := residents(c, "own/a", "x", "p", "q"); !got["own/a"] || got["x"] || !got["p"] || !got["q"] {
+		t.Errorf("cached %v; want x evicted: unplanned and not owned", got)
+	}
+	c.SetOwnership(func(o fetch.Object) bool { return o.Name == "q" }) // ownership moved
+	touch(t, c, o[1])
+	if got := residents(c, "own/a", "x", "p", "q"); got["own/a"] || !got["x"] || !got["p"] || !got["q"] {
+		t.Errorf("after ownership moved: cached %v; want own/a evicted (no longer owned)", got)
+	}
+	checkInvariants(t, c)
+}
