@@ -13,6 +13,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
@@ -31,6 +32,7 @@ type manifests struct {
 	svc *corev1.Service
 	cm  *corev1.ConfigMap
 	sa  *corev1.ServiceAccount
+	np  *networkingv1.NetworkPolicy // optional
 }
 
 // load decodes every file of kustomization.yaml's resources strictly into
@@ -51,17 +53,26 @@ func load(t *testing.T) manifests {
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		t.Fatalf("kustomization.yaml: %s %s", k.APIVersion, k.Kind)
 	}
-	// Every manifest of the directory is a resource of the kustomization.
+	// Every manifest of the directory is a resource of the kustomization,
+	// or an optional one that it names in a comment; all are checked.
 	files, err := filepath.Glob("*.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	files = slices.DeleteFunc(files, func(f string) bool { return f == "kustomization.yaml" })
-	if got := slices.Sorted(slices.Values(k.Resources)); !slices.Equal(got, files) {
-		t.Fatalf("kustomization.yaml lists %v; the directory holds %v", got, files)
+	kust := string(read(t, "kustomization.yaml"))
+	for _, f := range files {
+		if !slices.Contains(k.Resources, f) && !strings.Contains(kust, "# - "+f+"\n") {
+			t.Errorf("%s is neither a resource of kustomization.yaml nor named there as optional", f)
+		}
+	}
+	for _, f := range k.Resources {
+		if !slices.Contains(files, f) {
+			t.Errorf("kustomization.yaml lists %s, which is not in the directory", f)
+		}
 	}
 	var m manifests
-	for _, f := range k.Resources {
+	for _, f := range files {
 		var tm metav1.TypeMeta
 		if err := yaml.Unmarshal(read(t, f), &tm); err != nil {
 			t.Fatalf("%s: %v", f, err)
@@ -80,6 +91,9 @@ func load(t *testing.T) manifests {
 		case "v1 ServiceAccount":
 			m.sa = new(corev1.ServiceAccount)
 			obj = m.sa
+		case "networking.k8s.io/v1 NetworkPolicy":
+			m.np = new(networkingv1.NetworkPolicy)
+			obj = m.np
 		default:
 			t.Fatalf("%s: unexpected %s", f, gvk)
 		}
@@ -496,5 +510,59 @@ func TestHostPathsAndTheFUSEMount(t *testing.T) {
 	if u.Type != appsv1.RollingUpdateDaemonSetStrategyType || u.RollingUpdate == nil ||
 		u.RollingUpdate.MaxSurge == nil || u.RollingUpdate.MaxSurge.IntValue() != 0 {
 		t.Errorf("update strategy %+v: want a rolling update without surge (two agents cannot share a cache dir)", u)
+	}
+}
+
+func TestNetworkPolicyLetsAgentsMeet(t *testing.T) {
+	m := load(t)
+	if m.np == nil {
+		t.Skip("no NetworkPolicy")
+	}
+	pod := m.ds.Spec.Template.Labels
+	matches := func(sel metav1.LabelSelector) bool {
+		ls, err := metav1.LabelSelectorAsMap(&sel)
+		if err != nil || len(sel.MatchExpressions) > 0 || len(ls) == 0 {
+			return false
+		}
+		for k, v := range ls {
+			if pod[k] != v {
+				return false
+			}
+		}
+		return true
+	}
+	if !matches(m.np.Spec.PodSelector) {
+		t.Errorf("NetworkPolicy selects %+v, not the agents %v", m.np.Spec.PodSelector, pod)
+	}
+	// Which container ports each rule opens, and to whom.
+	c := m.agent(t)
+	fromAgents, fromAll := map[string]bool{}, map[string]bool{}
+	for _, r := range m.np.Spec.Ingress {
+		to := fromAll
+		if len(r.From) > 0 {
+			to = map[string]bool{}
+			if len(r.From) == 1 && r.From[0].PodSelector != nil && r.From[0].NamespaceSelector == nil &&
+				matches(*r.From[0].PodSelector) {
+				to = fromAgents
+			}
+		}
+		for _, p := range r.Ports {
+			if p.Port == nil || p.Protocol == nil {
+				t.Fatalf("NetworkPolicy port %+v: name the port and its protocol", p)
+			}
+			port(t, c, p.Port.String(), *p.Protocol) // names a container port with that protocol
+			to[p.Port.String()+"/"+string(*p.Protocol)] = true
+		}
+	}
+	for _, want := range []string{"gossip/TCP", "gossip-udp/UDP", "peer/TCP"} {
+		if !fromAgents[want] {
+			t.Errorf("NetworkPolicy does not let agents reach %s", want)
+		}
+		if fromAll[want] {
+			t.Errorf("NetworkPolicy opens %s to every pod", want)
+		}
+	}
+	if !fromAll["metrics/TCP"] {
+		t.Error("NetworkPolicy closes the metrics port (Prometheus, probes)")
 	}
 }
