@@ -79,3 +79,16 @@ func TestExpandEnv(t *testing.T) {
 		}
 	}
 }
+
+func TestParseConfigEnvIPv6(t *testing.T) {
+	doc := "fleet: {listen: '[${POD_IP}]:7946', peer_listen: '[${POD_IP}]:7947', insecure: true}"
+	c, err := parseConfig([]byte(doc), env(map[string]string{"POD_IP": "fd00:10::17"}))
+	if err != nil || c.Fleet.Listen != "[fd00:10::17]:7946" || c.Fleet.PeerListen != "[fd00:10::17]:7947" {
+		t.Fatalf("listen %+v, %v", c.Fleet, err)
+	}
+	doc = "fleet: {listen: '${POD_IP}:7946', peer_listen: ':7947', insecure: true}"
+	if _, err := parseConfig([]byte(doc), env(map[string]string{"POD_IP": "fd00:10::17"})); err == nil ||
+		!strings.Contains(err.Error(), "fleet.listen") {
+		t.Errorf("an IPv6 address without brackets: %v, want a fleet.listen error", err)
+	}
+}
