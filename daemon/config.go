@@ -56,6 +56,9 @@ var ErrConfig = errors.New("daemon: invalid config")
 //	  peer_listen: 10.0.0.2:7947
 //	  join: [cacheagent-peers.ml.svc.cluster.local:7946]
 //	  key_file: /etc/cacheagent/fleet.key
+//
+// The per-agent keys (EnvFields) may name environment variables as
+// ${NAME}: name: ${NODE_NAME}, listen: ${POD_IP}:7946.
 type Config struct {
 	// Sources are the datasets the daemon knows; warm ones are prefetched
 	// at start (and when added by a reload) at warm priority.
@@ -233,9 +236,13 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParseConfig parses a YAML config strictly (unknown keys, bad sizes and
-// bad values are errors naming their line) and validates it. An empty
-// document is the zero Config.
-func ParseConfig(b []byte) (Config, error) {
+// bad values are errors naming their line), replaces the ${NAME}
+// references in EnvFields with environment variables, and validates it. An
+// empty document is the zero Config.
+func ParseConfig(b []byte) (Config, error) { return parseConfig(b, os.LookupEnv) }
+
+// parseConfig is ParseConfig with the environment given by lookup.
+func parseConfig(b []byte, lookup func(string) (string, bool)) (Config, error) {
 	if len(b) > maxConfigSize {
 		return Config{}, fmt.Errorf("%w: larger than %d bytes", ErrConfig, maxConfigSize)
 	}
@@ -252,7 +259,11 @@ func ParseConfig(b []byte) (Config, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("%w: more than one YAML document", ErrConfig)
 	}
-	if err := c.check(); err != nil {
+	err := c.expandEnv(lookup)
+	if err == nil {
+		err = c.check()
+	}
+	if err != nil {
 		var root yaml.Node
 		_ = yaml.Unmarshal(b, &root) // it decoded above, so this does too
 		return Config{}, err.withLine(&root)

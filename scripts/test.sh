@@ -54,6 +54,9 @@ if command -v systemd-analyze >/dev/null; then
 	# verify checks that ExecStart exists; the binary is not installed here.
 	sed 's|^ExecStart=[^ ]*|ExecStart=/bin/true|' scripts/cacheagent.service >"$units/cacheagent.service"
 	cp scripts/dev-shm-cacheagent.mount "$units/"
+	# The fleet example's drop-in (deploy/vm), read from beside the unit.
+	mkdir "$units/cacheagent.service.d"
+	cp deploy/vm/fleet.conf "$units/cacheagent.service.d/"
 	systemd-analyze verify "$units/dev-shm-cacheagent.mount" "$units/cacheagent.service"
 	rm -rf "$units"
 else
