@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -20,23 +21,26 @@ const maxManifest = 256 << 20
 // LoaderFlags say which dataset a loader reads and in which order: the
 // flags of `cacheagent loader ids` and `cacheagent-bench loader`.
 type LoaderFlags struct {
-	Data        string
-	Pattern     string
-	Manifest    string
-	Batch       int
-	Seed        uint64
-	Epoch       int
-	Epochs      int
-	Rank        int
-	World       int
-	Shuffle     string
-	Window      int
-	Tail        string
-	DropLast    bool
-	ResumeBatch int
-	Format      string
-	SeqLen      int
-	TokenDType  string
+	Data         string
+	Pattern      string
+	Manifest     string
+	Batch        int
+	Seed         uint64
+	Epoch        int
+	Epochs       int
+	Rank         int
+	World        int
+	Shuffle      string
+	Nodes        int
+	Node         int
+	RanksPerNode int
+	Window       int
+	Tail         string
+	DropLast     bool
+	ResumeBatch  int
+	Format       string
+	SeqLen       int
+	TokenDType   string
 }
 
 // Register adds the flags to fs.
@@ -50,7 +54,12 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.Epochs, "epochs", 1, "number of epochs")
 	fs.IntVar(&f.Rank, "rank", 0, "this rank")
 	fs.IntVar(&f.World, "world", 1, "number of ranks")
-	fs.StringVar(&f.Shuffle, "shuffle", sampler.ShardWindow.String(), "shuffle mode: shard-window, global or sequential")
+	fs.StringVar(&f.Shuffle, "shuffle", sampler.ShardWindow.String(),
+		"shuffle mode: shard-window, global, sequential or node (each node's ranks read a node-fixed partition of the shards)")
+	fs.IntVar(&f.RanksPerNode, "ranks-per-node", envInt("LOCAL_WORLD_SIZE"),
+		"--shuffle node: ranks on each node (default $LOCAL_WORLD_SIZE, else --world: one node); --nodes is --world / this")
+	fs.IntVar(&f.Nodes, "nodes", 0, "--shuffle node: number of nodes (default --world / --ranks-per-node)")
+	fs.IntVar(&f.Node, "node", -1, "--shuffle node: this rank's node (default --rank / ranks per node)")
 	fs.IntVar(&f.Window, "window", sampler.DefaultWindow, "shard-window mode's window, in shards")
 	fs.StringVar(&f.Tail, "tail", sampler.Wrap.String(), "evening an epoch out across ranks: wrap (pad with repeats) or drop")
 	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
@@ -154,8 +163,47 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 	}
 	cfg := loader.Config{Dataset: ds, BatchSize: f.Batch, DropLast: f.DropLast, Shuffle: mode, Seed: f.Seed,
 		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
+	if mode == sampler.Node {
+		if cfg.Nodes, cfg.Node, err = NodePlacement(f.Rank, f.World, f.RanksPerNode, f.Nodes, f.Node); err != nil {
+			return loader.Config{}, err
+		}
+	}
 	if f.ResumeBatch != 0 {
 		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
 	}
 	return cfg, nil
+}
+
+// NodePlacement returns the node count and this rank's node for the node
+// shuffle mode: nodes if positive, else world/ranksPerNode (one node when
+// ranksPerNode is 0); node if not negative, else rank / (world/nodes), as
+// torchrun numbers ranks (rank = node*ranks-per-node + local rank).
+func NodePlacement(rank, world, ranksPerNode, nodes, node int) (int, int, error) {
+	world = max(world, 1)
+	if nodes <= 0 {
+		switch {
+		case ranksPerNode <= 0:
+			nodes = 1
+		case world%ranksPerNode != 0:
+			return 0, 0, fmt.Errorf("--world %d is not a multiple of %d ranks per node", world, ranksPerNode)
+		default:
+			nodes = world / ranksPerNode
+		}
+	}
+	if world%nodes != 0 {
+		return 0, 0, fmt.Errorf("--world %d cannot be shared by %d nodes", world, nodes)
+	}
+	if node < 0 {
+		node = sampler.NodeOf(rank, world, nodes)
+	}
+	return nodes, node, nil
+}
+
+// envInt returns the integer in the environment variable name, or 0.
+func envInt(name string) int {
+	n, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		return 0
+	}
+	return n
 }
