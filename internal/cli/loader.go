@@ -164,39 +164,14 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 	cfg := loader.Config{Dataset: ds, BatchSize: f.Batch, DropLast: f.DropLast, Shuffle: mode, Seed: f.Seed,
 		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
 	if mode == sampler.Node {
-		if cfg.Nodes, cfg.Node, err = NodePlacement(f.Rank, f.World, f.RanksPerNode, f.Nodes, f.Node); err != nil {
-			return loader.Config{}, err
+		if cfg.Nodes, cfg.Node, err = sampler.Place(f.Rank, f.World, f.RanksPerNode, f.Nodes, f.Node); err != nil {
+			return loader.Config{}, fmt.Errorf("--shuffle node (--ranks-per-node, --nodes, --node): %w", err)
 		}
 	}
 	if f.ResumeBatch != 0 {
 		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
 	}
 	return cfg, nil
-}
-
-// NodePlacement returns the node count and this rank's node for the node
-// shuffle mode: nodes if positive, else world/ranksPerNode (one node when
-// ranksPerNode is 0); node if not negative, else rank / (world/nodes), as
-// torchrun numbers ranks (rank = node*ranks-per-node + local rank).
-func NodePlacement(rank, world, ranksPerNode, nodes, node int) (int, int, error) {
-	world = max(world, 1)
-	if nodes <= 0 {
-		switch {
-		case ranksPerNode <= 0:
-			nodes = 1
-		case world%ranksPerNode != 0:
-			return 0, 0, fmt.Errorf("--world %d is not a multiple of %d ranks per node", world, ranksPerNode)
-		default:
-			nodes = world / ranksPerNode
-		}
-	}
-	if world%nodes != 0 {
-		return 0, 0, fmt.Errorf("--world %d cannot be shared by %d nodes", world, nodes)
-	}
-	if node < 0 {
-		node = sampler.NodeOf(rank, world, nodes)
-	}
-	return nodes, node, nil
 }
 
 // envInt returns the integer in the environment variable name, or 0.

@@ -7,6 +7,32 @@ import (
 	"slices"
 )
 
+// Place returns Node mode's node count and rank's node from what a
+// launcher knows: nodes if positive, else world/ranksPerNode (one node
+// when ranksPerNode is not positive); node if not negative, else NodeOf
+// (torchrun's numbering: rank = node*ranks-per-node + local rank). World
+// 0 means 1. It fails with ErrConfig if the ranks cannot be shared evenly.
+func Place(rank, world, ranksPerNode, nodes, node int) (int, int, error) {
+	world = max(world, 1)
+	if nodes <= 0 {
+		switch {
+		case ranksPerNode <= 0:
+			nodes = 1
+		case world%ranksPerNode != 0:
+			return 0, 0, fmt.Errorf("%w: world of %d ranks is not a multiple of %d ranks per node", ErrConfig, world, ranksPerNode)
+		default:
+			nodes = world / ranksPerNode
+		}
+	}
+	if world%nodes != 0 {
+		return 0, 0, fmt.Errorf("%w: %d ranks cannot be shared by %d nodes", ErrConfig, world, nodes)
+	}
+	if node < 0 {
+		node = NodeOf(rank, world, nodes)
+	}
+	return nodes, node, nil
+}
+
 // Partition returns Node mode's partition of the groups with the given row
 // counts across nodes nodes: parts[k] lists node k's groups in increasing
 // order. It depends only on the row counts, nodes and seed, never on the
