@@ -255,3 +255,17 @@ func TestNodeConfigErrors(t *testing.T) {
 		t.Errorf("shard-window with Nodes set: %v", err)
 	}
 }
+
+// TestNodePinned pins a partition and a node's order: a failure means
+// every node-mode user's split or order changed, which must be deliberate
+// (and the construction in Partition's documentation updated).
+func TestNodePinned(t *testing.T) {
+	rows := []int{4, 4, 4, 4, 9, 2, 6}
+	if got, _ := Partition(rows, 3, 7); !slices.EqualFunc(got, pinnedPartition, slices.Equal) {
+		t.Errorf("Partition = %#v; want %#v", got, pinnedPartition)
+	}
+	cfg := Config{Mode: Node, Seed: 7, Window: 2, World: 3, Nodes: 3, Node: 1, Rank: 1}
+	if got := ids(run(t, rows, cfg, 1, 3)); !slices.Equal(got, pinnedNode) {
+		t.Errorf("node 1 epoch 1 = %#v; want %#v", got, pinnedNode)
+	}
+}
