@@ -66,15 +66,24 @@ func Partition(rows []int, nodes int, seed uint64) ([][]int, error) {
 			ErrConfig, len(groups), nodes)
 	}
 	shuffle(newPCG(seed, 0, streamNodes, uint64(nodes)), groups)
-	slices.SortStableFunc(groups, func(a, b int) int { return cmp.Compare(rows[b], rows[a]) })
+	// A stable sort by rows, largest first: equal rows keep their
+	// shuffled position (pos), which an unstable sort on (rows, pos)
+	// gives faster.
+	keyed := make([]struct{ rows, pos, group int }, len(groups))
+	for i, g := range groups {
+		keyed[i].rows, keyed[i].pos, keyed[i].group = rows[g], i, g
+	}
+	slices.SortFunc(keyed, func(a, b struct{ rows, pos, group int }) int {
+		return cmp.Or(cmp.Compare(b.rows, a.rows), cmp.Compare(a.pos, b.pos))
+	})
 	parts := make([][]int, nodes)
 	h := make(loads, nodes)
 	for k := range h {
 		h[k].node = k
 	}
-	for _, g := range groups { // h[0] is the least loaded node: no reordering needed to start
-		parts[h[0].node] = append(parts[h[0].node], g)
-		h[0].rows += int64(rows[g])
+	for _, kg := range keyed { // h[0] is the least loaded node: no reordering needed to start
+		parts[h[0].node] = append(parts[h[0].node], kg.group)
+		h[0].rows += int64(kg.rows)
 		heap.Fix(&h, 0)
 	}
 	for _, p := range parts {
