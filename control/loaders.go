@@ -43,8 +43,9 @@ type LoaderRequest struct {
 	FieldBytes int `json:"field_bytes,omitempty"`
 	// BatchSize is the number of samples per batch. Required.
 	BatchSize int `json:"batch_size"`
-	// Shuffle is "shard-window" (the default), "global" or "sequential";
-	// Window the shard-window's window in shards (0: the default).
+	// Shuffle is "shard-window" (the default), "global", "sequential" or
+	// "node"; Window the shard-window's window in shards (0: the
+	// default).
 	Shuffle string `json:"shuffle,omitempty"`
 	Window  int    `json:"window,omitempty"`
 	Seed    uint64 `json:"seed,omitempty"`
@@ -54,6 +55,13 @@ type LoaderRequest struct {
 	// Rank of World (0 means 1).
 	Rank  int `json:"rank,omitempty"`
 	World int `json:"world,omitempty"`
+	// RanksPerNode, Nodes and Node place the rank for the "node" shuffle
+	// (other modes ignore them): Nodes nodes (0: World/RanksPerNode, or 1
+	// node without RanksPerNode), this rank on node Node (nil:
+	// Rank/(World/Nodes), torchrun's numbering). See sampler.Place.
+	RanksPerNode int  `json:"ranks_per_node,omitempty"`
+	Nodes        int  `json:"nodes,omitempty"`
+	Node         *int `json:"node,omitempty"`
 	// DropLast drops each epoch's last batch if it is not full; Tail is
 	// "wrap" (the default: pad the epoch across ranks with repeats) or
 	// "drop".

@@ -161,6 +161,17 @@ func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
 	case cfg.World < 0 || cfg.Rank < 0 || (cfg.World > 0 && cfg.Rank >= cfg.World) || (cfg.World == 0 && cfg.Rank > 0):
 		return cfg, fmt.Errorf("%w: rank %d of world %d", loader.ErrConfig, cfg.Rank, cfg.World)
 	}
+	if cfg.Shuffle == sampler.Node {
+		node := -1
+		if req.Node != nil {
+			if node = *req.Node; node < 0 {
+				return cfg, fmt.Errorf("%w: node %d", loader.ErrConfig, node)
+			}
+		}
+		if cfg.Nodes, cfg.Node, err = sampler.Place(cfg.Rank, cfg.World, req.RanksPerNode, req.Nodes, node); err != nil {
+			return cfg, fmt.Errorf("%w: shuffle node: %w", loader.ErrConfig, err)
+		}
+	}
 	if r := req.Resume; r != nil {
 		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
 	}

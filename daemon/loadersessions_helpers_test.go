@@ -95,6 +95,15 @@ func wantBatches(t *testing.T, d *Daemon, req control.LoaderRequest) []loader.Ba
 	if r := req.Resume; r != nil {
 		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
 	}
+	if mode == sampler.Node {
+		node := -1
+		if req.Node != nil {
+			node = *req.Node
+		}
+		if cfg.Nodes, cfg.Node, err = sampler.Place(req.Rank, req.World, req.RanksPerNode, req.Nodes, node); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return allIDs(t, cfg)
 }
 

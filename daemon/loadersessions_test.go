@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/sampler"
 )
 
 // TestLoaderSession reads two epochs through a session: every batch's ids
@@ -259,6 +261,11 @@ func TestLoaderSessionBadRequests(t *testing.T) {
 		"missing object":   {func(r *control.LoaderRequest) { r.Data, r.Pattern, r.Manifest = "", "", manifest("gs://bkt/nope.npy") }, fetch.ErrNotFound},
 		"unknown bucket":   {func(r *control.LoaderRequest) { r.Data = "gs://nosuchbucket/train/" }, fetch.ErrNotFound},
 		"too many batches": {func(r *control.LoaderRequest) { r.BatchSize = 100; r.DropLast = true }, control.ErrInvalid},
+		"node ranks":       {func(r *control.LoaderRequest) { r.Shuffle, r.RanksPerNode = "node", 3 }, control.ErrInvalid},
+		"node index": {func(r *control.LoaderRequest) {
+			r.Shuffle, r.Nodes, r.Node = "node", 2, new(int)
+			*r.Node = -1
+		}, control.ErrInvalid},
 	} {
 		req := baseRequest()
 		tc.mutate(&req)
@@ -370,4 +377,51 @@ func TestLoaderSessionDaemonClose(t *testing.T) {
 		}
 	}
 	cachetest.Goroutines(t, "daemon.(*loaderSessions)", "daemon.(*producer)", "daemon.read(", "daemon.(*loaderSession)", "loader.(*Loader)")
+}
+
+// TestLoaderSessionNodeShuffle reads a session in the node shuffle mode:
+// the batches are the loader's for the same placement (2 nodes of 2
+// ranks, rank 3 on node 1) and only of node 1's shards.
+func TestLoaderSessionNodeShuffle(t *testing.T) {
+	d, c := loaderDaemon(t)
+	ctx := testCtx(t)
+	req := baseRequest()
+	req.Shuffle, req.World, req.Rank, req.RanksPerNode, req.Epochs = "node", 4, 3, 2, 1
+	want := wantBatches(t, d, req)
+	parts, err := sampler.Partition(testData.Rows, 2, req.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _ := sampler.Offsets(testData.Rows)
+	lc, err := c.OpenLoader(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	if lc.Info.BatchesPerEpoch != len(want) {
+		t.Fatalf("%d batches per epoch; want %d", lc.Info.BatchesPerEpoch, len(want))
+	}
+	for i := 0; ; {
+		switch m := recv(t, lc).(type) {
+		case ring.Ready:
+			checkBatch(t, lc, m, want[i])
+			for _, id := range want[i].IDs {
+				if !slices.ContainsFunc(parts[1], func(g int) bool { return id >= off[g] && id < off[g+1] }) {
+					t.Errorf("sample %d is not of node 1's shards %v", id, parts[1])
+				}
+			}
+			i++
+			if err := lc.Release(m); err != nil {
+				t.Fatal(err)
+			}
+		case ring.EpochEnd:
+		case ring.End:
+			if i != len(want) {
+				t.Fatalf("End after %d batches; want %d", i, len(want))
+			}
+			return
+		default:
+			t.Fatalf("unexpected %#v", m)
+		}
+	}
 }

@@ -48,6 +48,13 @@ type Config struct {
 	// repeating its last samples). See package sampler.
 	Rank, World int
 	Tail        sampler.Tail
+	// Nodes and Node place the rank for the node shuffle mode
+	// (sampler.Node): the shards are partitioned across Nodes nodes (0
+	// means 1; it must divide World) and this rank reads node Node's
+	// partition, dealt among the node's World/Nodes ranks by their place
+	// Rank mod World/Nodes. With torchrun's rank numbering Node is
+	// sampler.NodeOf(Rank, World, Nodes). Other modes ignore both.
+	Nodes, Node int
 
 	// Epoch is the first epoch's number and Epochs how many to run (0
 	// means 1); Next returns io.EOF after epoch Epoch+Epochs-1.
@@ -172,12 +179,12 @@ func (c Config) settings() (settings, error) {
 		}
 	}
 	s.sampler = sampler.Config{Mode: s.Shuffle, Seed: s.Seed, Window: s.Window, Rank: s.Rank, World: s.World,
-		Tail: s.Tail}
+		Tail: s.Tail, Nodes: s.Nodes, Node: s.Node}
 	return s, nil
 }
 
 // fingerprint identifies what the configuration reads and in what order,
-// except the rank: two Loaders with equal fingerprints return the same
+// except the rank (and its node): two Loaders with equal fingerprints return the same
 // batches at the same State.
 func (s settings) fingerprint() uint64 {
 	h, sum := newHash()
@@ -193,6 +200,10 @@ func (s settings) fingerprint() uint64 {
 	for _, v := range []uint64{uint64(s.BatchSize), drop, uint64(s.Shuffle), s.Seed, uint64(window),
 		uint64(s.World), uint64(s.Tail)} {
 		h.u64(v)
+	}
+	if s.Shuffle == sampler.Node { // other modes' fingerprints stay as they were
+		nodes := max(s.Nodes, 1)
+		h.u64(uint64(nodes))
 	}
 	return sum() | 1 // never 0, which means "unchecked" in a State
 }

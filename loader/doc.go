@@ -61,8 +61,11 @@
 // seeded by (Seed, epoch); rank r of World reads every World-th sample of
 // the epoch's order, so ranks are disjoint, and every rank reads as many
 // samples (the epoch is padded by wrapping, or its tail dropped) so
-// collective training never waits on a rank with fewer batches. The same
-// Config gives the same batches on every run; State and Config.Resume
+// collective training never waits on a rank with fewer batches. The node
+// mode (sampler.Node, Config.Nodes and Node) is shard-window over a
+// node-fixed partition of the shards: each node's ranks read, and plan,
+// only their node's share, and every rank of the world still reads as
+// many samples. The same Config gives the same batches on every run; State and Config.Resume
 // continue a run from any batch.
 //
 // # Pipeline

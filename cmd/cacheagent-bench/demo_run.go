@@ -117,7 +117,7 @@ func (r *demoRun) runAgent(ctx context.Context, a *cli.Agent) error {
 func epochShards(ds loader.Dataset, cfg loader.Config, epoch int) ([][]fetch.Object, error) {
 	rows, _ := ds.Rows()
 	e, err := sampler.NewEpoch(rows, sampler.Config{Mode: cfg.Shuffle, Seed: cfg.Seed, Window: cfg.Window,
-		Rank: cfg.Rank, World: cfg.World, Tail: cfg.Tail}, epoch)
+		Rank: cfg.Rank, World: cfg.World, Tail: cfg.Tail, Nodes: cfg.Nodes, Node: cfg.Node}, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}

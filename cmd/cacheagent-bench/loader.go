@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/internal/cli"
@@ -51,6 +52,7 @@ type benchLoaderConfig struct {
 	asJSON       bool
 	oneCore      bool
 	shmParent    string
+	standalone   bool
 }
 
 // newBenchLoaderCmd is `cacheagent-bench loader`.
@@ -85,8 +87,10 @@ x.npy and y.npy) in an in-process GCS emulator, then:
     says how long training would wait for data.
 
 --write-dir also writes the dataset's files there, for scripts/bench/torch_peer.py.
-With --data it reads that dataset through the cache (the cache directory's flags)
-for --epochs epochs and reports each.
+With --data it reads that dataset for --epochs epochs and reports each: through the
+node's daemon when one answers on --socket (leases, plans and staging go to it, as a
+training job's ranks would use it; the shuffle flags apply, --shuffle node included),
+else, or with --standalone, through a cache of its own on the cache directory.
 
 --gpu auto|cuda|fake feeds the warm runs' (and --data's) batches to GPU 0 through
 gpufeed: gathered into pinned memory, copied asynchronously, the consumer waiting
@@ -102,7 +106,16 @@ are host memcpy, not PCIe. auto without a GPU says so in one line and runs witho
 			defer feed.close()
 			var rep benchLoaderReport
 			if bc.lf.Data != "" || bc.lf.Manifest != "" {
-				rep, err = benchLoaderData(cmd.Context(), opts, bc, feed.dev)
+				var c *control.Client
+				if !bc.standalone {
+					if c, err = cli.DialDaemon(cmd.Context(), opts, cmd.Flags().Changed("cache-dir")); err != nil {
+						return err
+					}
+				}
+				if c != nil {
+					defer c.Close()
+				}
+				rep, err = benchLoaderData(cmd.Context(), opts, bc, feed.dev, c)
 			} else {
 				rep, err = benchLoaderSynthetic(cmd.Context(), cmd.ErrOrStderr(), bc, feed.dev)
 			}
@@ -131,6 +144,8 @@ func (bc *benchLoaderConfig) register(f *pflag.FlagSet) {
 	f.IntVar(&bc.prefetch, "prefetch", 0, "batch buffers (0: the loader's default)")
 	f.StringVar(&bc.writeDir, "write-dir", "", "also write the synthetic dataset's .npy files into this directory")
 	f.BoolVar(&bc.policy, "policy", false, "also compare LRU and clairvoyant eviction with the cache at --cache-frac")
+	f.BoolVar(&bc.standalone, "standalone", false, "with --data: read through a cache of this process on the cache "+
+		"directory even when a daemon answers on --socket")
 	f.Float64Var(&bc.cacheFrac, "cache-frac", bc.cacheFrac, "policy runs: disk budget as a share of the dataset")
 	f.Var(&bc.linkRate, "link-rate", "policy runs: emulated bytes per second per connection")
 	f.IntVar(&bc.connections, "conns", bc.connections, "policy runs: parallel range reads")
@@ -328,6 +343,17 @@ type benchCache struct {
 	cache *tier.Cache
 	store *mmapstore.Store
 	dirs  []string
+	// fetched, if set, returns the bytes fetched from the source instead
+	// of cache's figure (a store over the daemon has no cache here).
+	fetched func() int64
+}
+
+// bytesFetched returns the bytes the cache has fetched from the source.
+func (c *benchCache) bytesFetched() int64 {
+	if c.fetched != nil {
+		return c.fetched()
+	}
+	return c.cache.Stats().Base().BytesFetched
 }
 
 // openBenchCache opens a cache of the given disk budget (and a shm tier of

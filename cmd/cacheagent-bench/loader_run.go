@@ -13,6 +13,7 @@ import (
 	"github.com/dustin/go-humanize"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
 	"github.com/cacheagent/cacheagent/gpufeed"
@@ -32,6 +33,10 @@ type benchLoaderReport struct {
 	// --one-core runs; 0 without them.
 	MemcpyOneCoreGBps float64          `json:"memcpy_one_core_gbps,omitempty"`
 	Runs              []benchLoaderRun `json:"runs"`
+	// Via says how --data was read: "daemon SOCKET" (through the node's
+	// daemon; bytes read are the daemon's, all its clients together) or
+	// "standalone"; absent for the synthetic runs.
+	Via string `json:"via,omitempty"`
 	// GPU is the device --gpu fed; absent with --gpu none.
 	GPU *benchGPUReport `json:"gpu,omitempty"`
 }
@@ -190,7 +195,7 @@ func measure(ctx context.Context, c *benchCache, cfg loader.Config, dev gpu.Devi
 	}
 	snap := func() mark {
 		ls, fs := r.snap()
-		return mark{time.Now(), ls, fs, c.cache.Stats().Base().BytesFetched}
+		return mark{time.Now(), ls, fs, c.bytesFetched()}
 	}
 	run.Procs, run.Workers = runtime.GOMAXPROCS(0), r.Workers()
 	marks := []mark{snap()} // at each epoch boundary, between Next calls
@@ -321,21 +326,52 @@ func (m *memcpyMeter) median() float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// benchLoaderData reads the dataset of --data or --manifest through the
-// cache of the flags (standalone) for --epochs epochs, feeding dev when it
-// is not nil.
-func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConfig, dev gpu.Device) (benchLoaderReport, error) {
+// benchLoaderData reads the dataset of --data or --manifest for --epochs
+// epochs, feeding dev when it is not nil: through the node's daemon when
+// one answers on --socket (c, not nil: leases, plans and staging go to
+// it, as every rank on the machine would use it), else through the cache
+// of the flags, standalone.
+func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConfig, dev gpu.Device,
+	c *control.Client) (benchLoaderReport, error) {
 	var rep benchLoaderReport
-	a, err := cli.OpenAgent(ctx, opts.Config())
+	var (
+		src   fetch.Source
+		cache *benchCache
+	)
+	if c != nil {
+		gcs, err := fetch.NewGCS(ctx, opts.Config().Fetch.GCS()) // headers and sizes; objects through the daemon
+		if err != nil {
+			return rep, err
+		}
+		defer gcs.Close()
+		src = gcs
+		store := mmapstore.New(c, mmapstore.Config{MaxIdleMappings: -1})
+		defer store.Close()
+		cache = &benchCache{store: store, fetched: func() int64 {
+			st, err := c.Status(ctx)
+			if err != nil {
+				return 0
+			}
+			return stats.Cache{Tiers: st.Tiers}.Base().BytesFetched
+		}}
+		rep.Via = "daemon " + c.Socket()
+	} else {
+		a, err := cli.OpenAgent(ctx, opts.Config())
+		if err != nil {
+			return rep, err
+		}
+		defer a.Close()
+		src = a.Source
+		store := mmapstore.New(a.Cache.Opener(), mmapstore.Config{MaxIdleMappings: -1})
+		defer store.Close()
+		cache = &benchCache{cache: a.Cache, store: store}
+		rep.Via = "standalone"
+	}
+	ds, err := bc.lf.Dataset(ctx, src)
 	if err != nil {
 		return rep, err
 	}
-	defer a.Close()
-	ds, err := bc.lf.Dataset(ctx, a.Source)
-	if err != nil {
-		return rep, err
-	}
-	bytes, err := datasetBytes(ctx, a.Source, ds)
+	bytes, err := datasetBytes(ctx, src, ds)
 	if err != nil {
 		return rep, err
 	}
@@ -347,10 +383,12 @@ func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConf
 	if err != nil {
 		return rep, err
 	}
-	cfg.Planner, cfg.Stager = a.Cache, a.Cache.Stager()
-	store := mmapstore.New(a.Cache.Opener(), mmapstore.Config{MaxIdleMappings: -1})
-	defer store.Close()
-	run, err := measure(ctx, &benchCache{cache: a.Cache, store: store}, cfg, dev, bytes, 0, 0)
+	if c != nil {
+		cfg.Planner, cfg.Stager = c, c
+	} else {
+		cfg.Planner, cfg.Stager = cache.cache, cache.cache.Stager()
+	}
+	run, err := measure(ctx, cache, cfg, dev, bytes, 0, 0)
 	run.Name = bc.lf.Data + bc.lf.Manifest
 	mm.sample(5)
 	rep.MemcpyGBps = mm.median()
@@ -392,6 +430,9 @@ func printBenchLoader(w io.Writer, rep benchLoaderReport) error {
 	fmt.Fprintf(w, "dataset: %d samples in %d shards, %s", d.Samples, d.Shards, humanize.IBytes(uint64(d.Bytes)))
 	if d.SampleBytes > 0 {
 		fmt.Fprintf(w, " (x rows of %s + 8-byte y)", humanize.IBytes(uint64(d.SampleBytes)))
+	}
+	if rep.Via != "" {
+		fmt.Fprintf(w, "\nread through: %s", rep.Via)
 	}
 	fmt.Fprintf(w, "\nmemcpy, one core: %.2f GB/s", rep.MemcpyGBps)
 	if rep.MemcpyOneCoreGBps > 0 {

@@ -2,14 +2,20 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/daemon"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
 
@@ -169,5 +175,72 @@ func TestBenchLoaderData(t *testing.T) {
 	var table bytes.Buffer
 	if err := printBenchLoader(&table, rep); err != nil || !strings.Contains(table.String(), "gs://bkt/train/") {
 		t.Errorf("table: %v\n%s", err, table.String())
+	}
+}
+
+// TestBenchLoaderDataDaemon: with a daemon answering on --socket, bench
+// loader --data reads through it (its cache fills, its plans and leases
+// serve the loader); --standalone reads through a cache of its own.
+func TestBenchLoaderDataDaemon(t *testing.T) {
+	data := synth.Uniform(4, 50, 32)
+	s := synthEmulator(t, data)
+	dir := t.TempDir()
+	cfg := daemon.Config{
+		Tiers:   daemon.TiersConfig{Disk: daemon.TierConfig{Dir: filepath.Join(dir, "cache")}},
+		Fetch:   daemon.FetchConfig{Endpoint: s.Endpoint(), Connections: 4, Slice: 1 << 20},
+		Control: daemon.ControlConfig{Socket: filepath.Join(dir, "c.sock")},
+	}.WithDefaults()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	d, err := daemon.Start(ctx, cfg, daemon.Options{Logger: slog.New(slog.DiscardHandler), Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close(context.Background()) })
+	bench := func(args ...string) benchLoaderReport {
+		t.Helper()
+		root := newRootCmd()
+		root.SetArgs(append([]string{"--socket", cfg.Control.Socket, "--endpoint", s.Endpoint(), "loader",
+			"--data", "gs://bkt/train/", "--batch", "16", "--epochs", "2", "--json"}, args...))
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetErr(io.Discard)
+		if err := root.ExecuteContext(ctx); err != nil {
+			t.Fatalf("bench loader %v: %v", args, err)
+		}
+		var rep benchLoaderReport
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("%v\n%s", err, out.String())
+		}
+		return rep
+	}
+	rep := bench("--shuffle", "node", "--world", "2", "--rank", "1", "--ranks-per-node", "1")
+	if rep.Via != "daemon "+cfg.Control.Socket || len(rep.Runs) != 1 || rep.Runs[0].Epochs != 2 {
+		t.Fatalf("report %+v; want a run through the daemon", rep)
+	}
+	// Node 1 of 2 reads (and the daemon fetches) its half of the shards only.
+	c, err := control.Dial(ctx, cfg.Control.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ls, err := c.List(ctx, "bkt", "train/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached := 0
+	for _, o := range ls.Objects {
+		if o.Tier != "none" {
+			cached++
+		}
+	}
+	if cached != 4 { // 2 shards of x and y
+		t.Errorf("the daemon caches %d objects after node 1 of 2 read; want its 2 shards' 4", cached)
+	}
+	if got := rep.Runs[0].BytesReadPerEpoch * 2; got <= 0 || got >= float64(rep.Dataset.Bytes) {
+		t.Errorf("read %v bytes in 2 epochs; want some, less than the dataset's %d", got, rep.Dataset.Bytes)
+	}
+	if rep := bench("--standalone", "--cache-dir", filepath.Join(dir, "own")); rep.Via != "standalone" {
+		t.Errorf("--standalone read through %q", rep.Via)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
 
@@ -141,5 +142,58 @@ func TestLoaderIDsManifest(t *testing.T) {
 	}
 	if got := parseIDs(t, out); len(got) != 1 || len(got[0]) != 11 {
 		t.Errorf("ids over the manifest: %v", got)
+	}
+}
+
+func TestLoaderIDsNodeShuffle(t *testing.T) {
+	data := synth.Dataset{Rows: []int{10, 7, 12, 9, 5, 8}, RowBytes: 16} // 51 samples
+	s := loaderEmulator(t, data)
+	ids := func(args ...string) [][]int64 {
+		t.Helper()
+		opts := inspectOptions(t, s.Endpoint())
+		out, err := runCmd(t, opts, newLoaderCmd(opts), append([]string{"ids", "--data", "gs://bkt/train/",
+			"--batch", "4", "--seed", "3", "--shuffle", "node", "--world", "4"}, args...)...)
+		if err != nil {
+			t.Fatalf("loader ids %v: %v", args, err)
+		}
+		return parseIDs(t, out)
+	}
+	parts, err := sampler.Partition(data.Rows, 2, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, _ := sampler.Offsets(data.Rows)
+	seen := map[int64]bool{}
+	var batches int
+	for rank := range 4 {
+		got := ids("--rank", strconv.Itoa(rank), "--ranks-per-node", "2")
+		if rank > 0 && len(got) != batches {
+			t.Errorf("rank %d: %d batches; rank 0 %d", rank, len(got), batches)
+		}
+		batches = len(got)
+		for _, b := range got {
+			for _, id := range b {
+				seen[id] = true
+				if !slices.ContainsFunc(parts[rank/2], func(g int) bool { return id >= off[g] && id < off[g+1] }) {
+					t.Errorf("rank %d (node %d) read sample %d outside its partition %v", rank, rank/2, id, parts[rank/2])
+				}
+			}
+		}
+	}
+	if len(seen) != 51 {
+		t.Errorf("%d distinct samples over the ranks; want 51", len(seen))
+	}
+	want := ids("--rank", "3", "--ranks-per-node", "2")
+	if got := ids("--rank", "3", "--nodes", "2", "--node", "1"); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("--nodes 2 --node 1 = %v; want %v (from --ranks-per-node 2)", got, want)
+	}
+	t.Setenv("LOCAL_WORLD_SIZE", "2")
+	if got := ids("--rank", "3"); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("LOCAL_WORLD_SIZE=2: %v; want %v", got, want)
+	}
+	opts := inspectOptions(t, s.Endpoint())
+	if _, err := runCmd(t, opts, newLoaderCmd(opts), "ids", "--data", "gs://bkt/train/", "--shuffle", "node",
+		"--world", "4", "--ranks-per-node", "3"); err == nil {
+		t.Errorf("--world 4 --ranks-per-node 3 succeeded")
 	}
 }

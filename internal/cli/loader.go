@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/spf13/pflag"
 
@@ -19,24 +20,27 @@ const maxManifest = 256 << 20
 // LoaderFlags say which dataset a loader reads and in which order: the
 // flags of `cacheagent loader ids` and `cacheagent-bench loader`.
 type LoaderFlags struct {
-	Data        string
-	Pattern     string
-	Manifest    string
-	Batch       int
-	Seed        uint64
-	Epoch       int
-	Epochs      int
-	Rank        int
-	World       int
-	Shuffle     string
-	Window      int
-	Tail        string
-	DropLast    bool
-	ResumeBatch int
-	Format      string
-	SeqLen      int
-	TokenDType  string
-	TokenOut    string
+	Data         string
+	Pattern      string
+	Manifest     string
+	Batch        int
+	Seed         uint64
+	Epoch        int
+	Epochs       int
+	Rank         int
+	World        int
+	Shuffle      string
+	Nodes        int
+	Node         int
+	RanksPerNode int
+	Window       int
+	Tail         string
+	DropLast     bool
+	ResumeBatch  int
+	Format       string
+	SeqLen       int
+	TokenDType   string
+	TokenOut     string
 }
 
 // Register adds the flags to fs.
@@ -50,7 +54,12 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.Epochs, "epochs", 1, "number of epochs")
 	fs.IntVar(&f.Rank, "rank", 0, "this rank")
 	fs.IntVar(&f.World, "world", 1, "number of ranks")
-	fs.StringVar(&f.Shuffle, "shuffle", sampler.ShardWindow.String(), "shuffle mode: shard-window, global or sequential")
+	fs.StringVar(&f.Shuffle, "shuffle", sampler.ShardWindow.String(),
+		"shuffle mode: shard-window, global, sequential or node (each node's ranks read a node-fixed partition of the shards)")
+	fs.IntVar(&f.RanksPerNode, "ranks-per-node", envInt("LOCAL_WORLD_SIZE"),
+		"--shuffle node: ranks on each node (default $LOCAL_WORLD_SIZE, else --world: one node); --nodes is --world / this")
+	fs.IntVar(&f.Nodes, "nodes", 0, "--shuffle node: number of nodes (default --world / --ranks-per-node)")
+	fs.IntVar(&f.Node, "node", -1, "--shuffle node: this rank's node (default --rank / ranks per node)")
 	fs.IntVar(&f.Window, "window", sampler.DefaultWindow, "shard-window mode's window, in shards")
 	fs.StringVar(&f.Tail, "tail", sampler.Wrap.String(), "evening an epoch out across ranks: wrap (pad with repeats) or drop")
 	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
@@ -151,6 +160,11 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 	}
 	cfg := loader.Config{Dataset: ds, BatchSize: f.Batch, DropLast: f.DropLast, Shuffle: mode, Seed: f.Seed,
 		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
+	if mode == sampler.Node {
+		if cfg.Nodes, cfg.Node, err = sampler.Place(f.Rank, f.World, f.RanksPerNode, f.Nodes, f.Node); err != nil {
+			return loader.Config{}, fmt.Errorf("--shuffle node (--ranks-per-node, --nodes, --node): %w", err)
+		}
+	}
 	if f.ResumeBatch != 0 {
 		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
 	}
@@ -160,4 +174,13 @@ func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// envInt returns the integer in the environment variable name, or 0.
+func envInt(name string) int {
+	n, err := strconv.Atoi(os.Getenv(name))
+	if err != nil {
+		return 0
+	}
+	return n
 }

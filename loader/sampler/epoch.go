@@ -40,6 +40,9 @@ func NewEpoch(rows []int, cfg Config, epoch int) (*Epoch, error) {
 	}
 	e := &Epoch{world: cfg.World, rank: cfg.Rank, offsets: off, n: off[len(rows)], drop: cfg.Tail == Drop,
 		isOpen: make([]bool, len(rows))}
+	if cfg.Mode == Node {
+		return e.node(rows, cfg, epoch)
+	}
 	w := int64(cfg.World)
 	if e.drop {
 		e.total = e.n - e.n%w
@@ -66,6 +69,26 @@ func NewEpoch(rows []int, cfg Config, epoch int) (*Epoch, error) {
 	default:
 		e.core = newWindow(rows, cfg.Window, cfg.Seed, epoch)
 	}
+	return e, nil
+}
+
+// node completes NewEpoch for Node mode: the rank's node's partition,
+// dealt among the node's ranks, padded or cut to the world's length.
+func (e *Epoch) node(rows []int, cfg Config, epoch int) (*Epoch, error) {
+	if e.n == 0 {
+		return nil, fmt.Errorf("%w: the dataset has no samples", ErrConfig)
+	}
+	sh, err := shareOf(rows, cfg)
+	if err != nil {
+		return nil, err
+	}
+	e.world, e.rank, e.n, e.total = sh.world, sh.rank, sh.n, sh.total
+	if sh.total > sh.n {
+		e.pad = sh.total - sh.n
+	}
+	e.length = int(e.total / int64(e.world))
+	e.tail = make([]Sample, e.pad)
+	e.core = newWindowOver(rows, sh.groups, cfg.Window, cfg.Seed, epoch, uint64(cfg.Node))
 	return e, nil
 }
 

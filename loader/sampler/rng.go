@@ -13,6 +13,7 @@ const (
 	streamRows   = 2 // a shard's row order (ShardWindow), keyed by shard
 	streamWindow = 3 // the draws from the window (ShardWindow)
 	streamGlobal = 4 // the permutation of every sample (Global)
+	streamNodes  = 5 // the shard order before partitioning (Node), keyed by the node count
 )
 
 // mix is SplitMix64's finaliser: a bijection that spreads nearby inputs

@@ -16,6 +16,12 @@
 //     through a sliding window of Window shards: each sample is drawn
 //     uniformly from the unread rows of the open shards, and when a shard
 //     is exhausted the next one opens. The working set is Window shards.
+//   - Node ("node", rank-aware): the shards are partitioned across Nodes
+//     nodes once for all epochs (see Partition: seeded, balanced by
+//     sample count), and each node's ranks read only their node's
+//     partition, in ShardWindow's order over the partition, reshuffled
+//     every epoch. Each node's cache then holds only its share of the
+//     dataset, and once warm nothing is read from another node.
 //
 // # Ranks
 //
@@ -27,6 +33,18 @@
 // epoch, by different ranks); with Drop its last N mod World samples are
 // left out (different ones each epoch, as the order changes). The ranks'
 // positions are disjoint and, with Wrap, cover every sample.
+//
+// In Node mode the same holds within each node: the node's World/Nodes
+// ranks deal the node's order round-robin by their place on the node
+// (Rank mod World/Nodes; Config.Node says which node a rank is on). So
+// that every rank of the world reads the same number of samples (DDP
+// ranks must agree on the steps of an epoch), the per-rank length is the
+// world's: with Wrap the largest partition's ceil(n/ranks-per-node), and
+// every node pads its own order with repeats of its own last samples up
+// to it; with Drop the smallest partition's floor(n/ranks-per-node), and
+// every node leaves out the rest of its order. A partition so much
+// smaller than the largest that its padding would exceed its samples is
+// an error (too few, too unequal shards for so many nodes).
 //
 // # Events
 //
@@ -63,9 +81,13 @@ const (
 	Global
 	// Sequential does not shuffle.
 	Sequential
+	// Node ("node") partitions the shards across Config.Nodes nodes,
+	// fixed across epochs, and reads the rank's node's partition as
+	// ShardWindow does, reshuffled every epoch: the rank-aware mode.
+	Node
 )
 
-var modeNames = [...]string{ShardWindow: "shard-window", Global: "global", Sequential: "sequential"}
+var modeNames = [...]string{ShardWindow: "shard-window", Global: "global", Sequential: "sequential", Node: "node"}
 
 // String returns the mode's name as ParseMode accepts it.
 func (m Mode) String() string {
@@ -75,14 +97,14 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", m)
 }
 
-// ParseMode parses "shard-window", "global" or "sequential".
+// ParseMode parses "shard-window", "global", "sequential" or "node".
 func ParseMode(s string) (Mode, error) {
 	for m, name := range modeNames {
 		if s == name {
 			return Mode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: shuffle mode %q (want shard-window, global or sequential)", ErrConfig, s)
+	return 0, fmt.Errorf("%w: shuffle mode %q (want shard-window, global, sequential or node)", ErrConfig, s)
 }
 
 // Tail is what happens to an epoch whose length is not a multiple of the
@@ -127,6 +149,24 @@ type Config struct {
 	World int
 	// Tail pads (Wrap) or shortens (Drop) the epoch to a multiple of World.
 	Tail Tail
+	// Nodes is Node mode's number of nodes (0 means 1); it must divide
+	// World: each node runs World/Nodes ranks. Other modes ignore it.
+	Nodes int
+	// Node is Node mode's node of this rank, in [0, Nodes); the rank's
+	// place among its node's ranks is Rank mod World/Nodes. With
+	// torchrun's numbering (rank = node*ranks-per-node + local rank)
+	// it is Rank / (World/Nodes) (see NodeOf); the zero value is node 0,
+	// so callers set it. Other modes ignore it.
+	Node int
+}
+
+// NodeOf returns the node of rank in a world of world ranks on nodes
+// nodes numbered as torchrun numbers them: rank / (world/nodes).
+func NodeOf(rank, world, nodes int) int {
+	if nodes <= 0 || world < nodes {
+		return 0
+	}
+	return rank / (world / nodes)
 }
 
 // normalize applies defaults and validates.
@@ -137,8 +177,14 @@ func (c Config) normalize() (Config, error) {
 	if c.Window == 0 {
 		c.Window = DefaultWindow
 	}
+	if c.Nodes == 0 || c.Mode != Node {
+		c.Nodes = 1
+	}
+	if c.Mode != Node {
+		c.Node = 0
+	}
 	switch {
-	case c.Mode > Sequential:
+	case c.Mode > Node:
 		return c, fmt.Errorf("%w: mode %d", ErrConfig, c.Mode)
 	case c.Tail > Drop:
 		return c, fmt.Errorf("%w: tail %d", ErrConfig, c.Tail)
@@ -146,6 +192,10 @@ func (c Config) normalize() (Config, error) {
 		return c, fmt.Errorf("%w: rank %d of world size %d", ErrConfig, c.Rank, c.World)
 	case c.Window < 0:
 		return c, fmt.Errorf("%w: window of %d shards", ErrConfig, c.Window)
+	case c.Nodes < 0 || c.World%c.Nodes != 0:
+		return c, fmt.Errorf("%w: %d ranks cannot be shared by %d nodes", ErrConfig, c.World, c.Nodes)
+	case c.Node < 0 || c.Node >= c.Nodes:
+		return c, fmt.Errorf("%w: node %d of %d nodes", ErrConfig, c.Node, c.Nodes)
 	}
 	return c, nil
 }

@@ -136,9 +136,17 @@ type slot struct {
 
 // newWindow returns epoch's shard-window order with a window of size shards.
 func newWindow(rows []int, size int, seed uint64, epoch int) *window {
-	w := &window{rows: rows, seed: seed, epoch: epoch, shards: nonEmpty(rows),
-		draw: newPCG(seed, epoch, streamWindow, 0)}
-	shuffle(newPCG(seed, epoch, streamShards, 0), w.shards)
+	return newWindowOver(rows, nonEmpty(rows), size, seed, epoch, 0)
+}
+
+// newWindowOver returns epoch's shard-window order of groups (groups with
+// rows, in increasing order; it takes the slice) with a window of size
+// shards; key keys the shard-order and window streams (Node mode passes
+// the node, so that node 0 of one node reads as ShardWindow does).
+func newWindowOver(rows, groups []int, size int, seed uint64, epoch int, key uint64) *window {
+	w := &window{rows: rows, seed: seed, epoch: epoch, shards: groups,
+		draw: newPCG(seed, epoch, streamWindow, key)}
+	shuffle(newPCG(seed, epoch, streamShards, key), w.shards)
 	n := min(size, len(w.shards))
 	w.slots = make([]slot, n)
 	w.left = make(fenwick, n)

@@ -61,13 +61,15 @@ def dataset(daemon):
 
 def ref_ids(daemon, *, batch: int, seed: int = 0, epoch: int = 0, epochs: int = 1, rank: int = 0, world: int = 1,
             shuffle: str = "", prefix: str = PREFIX, drop_last: bool = False,
-            wrap: bool = True) -> List[List[int]]:
+            wrap: bool = True, ranks_per_node: int = 0) -> List[List[int]]:
     """The batches' ids as `cacheagent loader ids` prints them."""
     args = [str(daemon.bin / "cacheagent"), "--config", str(daemon.config), "loader", "ids",
             "--data", f"gs://bench/{prefix}", "--pattern", PATTERN, "--batch", str(batch), "--seed", str(seed),
             "--epoch", str(epoch), "--epochs", str(epochs), "--rank", str(rank), "--world", str(world)]
     if shuffle:
         args += ["--shuffle", shuffle]
+    if ranks_per_node:
+        args += ["--ranks-per-node", str(ranks_per_node)]
     if drop_last:
         args += ["--drop-last"]
     if not wrap:
@@ -97,6 +99,7 @@ def loader_sessions(client) -> int:
     dict(shuffle="global", seed=1, rank=1, world=2),
     dict(seed=5),  # shard-window, the default
     dict(shuffle="sequential", rank=2, world=3, drop_last=True, wrap=False),
+    dict(shuffle="node", seed=2, rank=3, world=4, ranks_per_node=2),  # node 1 of 2
 ])
 def test_ids_match_cli_and_arrays_match_source(daemon, dataset, client, cfg):
     np = need("numpy")

@@ -10,6 +10,8 @@ its control socket:
 * :func:`plan` -- announce the order in which objects will be read;
 * :class:`Loader` -- the daemon's Go loader for this process: batches
   gathered into a shared ring (a memfd) and yielded as numpy views, no copy;
+* :mod:`cacheagent.sampler` -- ``node_partition``: the shards each node
+  reads in the ``"node"`` shuffle, as the Go sampler splits them;
 * :mod:`cacheagent.torch` -- ``PlannedSampler`` and ``Dataset`` for PyTorch
   (torch itself is never imported by ``import cacheagent``).
 

@@ -64,9 +64,17 @@ class Loader:
         manifest: a manifest (a dict, its JSON text or a file's path) instead
             of ``data`` and ``pattern`` (see the Go ``loader.ParseManifest``).
         batch_size: samples per batch.
-        shuffle: ``"shard-window"`` (the default), ``"global"`` or
-            ``"sequential"``; ``window`` the shard-window's window (0:
-            the default).
+        shuffle: ``"shard-window"`` (the default), ``"global"``,
+            ``"sequential"`` or ``"node"`` (rank-aware: the shards are
+            partitioned across the nodes once, and each node's ranks read
+            only their node's part, reshuffled every epoch, so each node's
+            cache holds only its share); ``window`` the shard-window's
+            window (0: the default).
+        ranks_per_node, nodes, node: place the rank for ``shuffle="node"``.
+            ``ranks_per_node`` defaults to the LOCAL_WORLD_SIZE environment
+            variable (torchrun sets it), else every rank is on one node;
+            ``nodes`` to ``world_size // ranks_per_node``; ``node`` to
+            ``rank // (world_size // nodes)`` (torchrun's numbering).
         seed, epoch, epochs: the shuffle seed, the first epoch and how many
             the daemon runs without a restart (set_epoch past them restarts
             it).
@@ -114,6 +122,7 @@ class Loader:
     def __init__(self, data: Optional[str] = None, *, pattern: Optional[str] = None, manifest: Any = None,
                  batch_size: int, shuffle: Optional[str] = None, window: int = 0, seed: int = 0, epoch: int = 0,
                  epochs: int = 1, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 ranks_per_node: Optional[int] = None, nodes: int = 0, node: Optional[int] = None,
                  drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
                  format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
                  token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1,
@@ -136,6 +145,15 @@ class Loader:
                               {"window": window, "seed": seed, "epoch": epoch, "epochs": epochs, "rank": rank,
                                "world": world_size, "prefetch": prefetch, "workers": workers, "seq_len": seq_len,
                                "field_bytes": field_bytes}, drop_last, wrap)
+        if shuffle == "node":
+            if ranks_per_node is None:
+                ranks_per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0)
+            if ranks_per_node:
+                req["ranks_per_node"] = int(ranks_per_node)
+            if nodes:
+                req["nodes"] = int(nodes)
+            if node is not None:
+                req["node"] = int(node)
         self._req = req
         self.rank, self.world_size = int(rank), int(world_size)
         self.keep = int(keep)
