@@ -21,8 +21,9 @@ type URI struct {
 }
 
 // ParseURI parses gs://BUCKET[/PATH][#GENERATION]. A trailing '#' followed
-// only by decimal digits pins a generation (which must be positive); any
-// other '#' is part of the path, as GCS allows in names.
+// only by decimal digits pins a generation (which must be positive, written
+// without leading zeros); any other '#' is part of the path, as GCS allows
+// in names.
 func ParseURI(s string) (URI, error) {
 	rest, ok := strings.CutPrefix(s, "gs://")
 	if !ok {
@@ -31,7 +32,7 @@ func ParseURI(s string) (URI, error) {
 	var u URI
 	if i := strings.LastIndexByte(rest, '#'); i >= 0 && isDigits(rest[i+1:]) {
 		g, err := strconv.ParseInt(rest[i+1:], 10, 64)
-		if err != nil || g <= 0 {
+		if err != nil || g <= 0 || rest[i+1] == '0' { // a generation is written without leading zeros
 			return URI{}, fmt.Errorf("%.200q: bad generation %.40q", s, rest[i+1:])
 		}
 		rest, u.Generation = rest[:i], g

@@ -19,6 +19,7 @@ func TestParseURI(t *testing.T) {
 		{"gs://b/a#b", URI{"b", "a#b", 0}, true},     // '#' in a name
 		{"gs://b/a#1#b", URI{"b", "a#1#b", 0}, true}, // only a trailing #digits pins
 		{"gs://b/x#0", URI{}, false},
+		{"gs://b/x#01", URI{}, false}, // not how a generation is written: no round trip
 		{"gs://b/x#99999999999999999999", URI{}, false},
 		{"gs:///x", URI{}, false},
 		{"gs://", URI{}, false},
