@@ -129,7 +129,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cfg: s, base: base, hot: hot, idx: idx, stop: make(chan struct{}),
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
-		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(), dls: newDownloads(),
+		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
 	}
 	base.plans = c.plans
 	if hot != nil {

@@ -88,8 +88,8 @@ type Config struct {
 	Downloader Downloader
 	// Logger receives warnings and start-up summaries; nil discards them.
 	Logger *slog.Logger
-	// PrefetchParallelism is how many objects Prefetch downloads at once.
-	// 0 means DefaultPrefetchParallelism.
+	// PrefetchParallelism is how many objects Prefetch downloads at once,
+	// and the planner too (see Plan). 0 means DefaultPrefetchParallelism.
 	PrefetchParallelism int
 
 	// hooks, set by tests, observes background work from the start.

@@ -18,22 +18,6 @@ import (
 // it to the tiers.
 
 const (
-	// planInflight is how many objects the planner fetches at once. It
-	// keeps a downloader's connections busy while each object's metadata
-	// lookup and first byte are in flight; the downloader's connection
-	// budget, granted by priority, bounds the connections they use.
-	// Measured (scripts/bench/pyplan.py, 2000 objects of 100 KiB behind a
-	// 20 ms first byte, 8 + 8 connections): 8 left connections idle
-	// (7.9 s), 16 and 32 filled them (5.7-7.3 s).
-	planInflight = 16
-	// planEvictAhead is how many plan positions ahead of a reader the
-	// planner may evict copies that a plan needs later to make room for
-	// the ones it needs sooner: enough to keep every fetch slot busy (see
-	// lookaheadLocked's floor). Farther ahead it only fills free space and
-	// the room of copies no plan needs again, so a cache smaller than a
-	// plan loses no hits to prefetching (a plan's second epoch over a
-	// cache of half its objects reads about half of them again).
-	planEvictAhead = planInflight + 1
 	// planMeterSpan is the least span over which the planner measures its
 	// aggregate fetch rate.
 	planMeterSpan = 100 * time.Millisecond
@@ -62,21 +46,30 @@ var ErrNoPlan = errors.New("tier: no such plan")
 // plans is what the cache knows of the announced plans. Every field but
 // wake is guarded by Cache.mu.
 type plans struct {
-	wake    chan struct{} // capacity 1: wakes the planner goroutine
-	idx     *plan.Index[string]
-	readers map[string]*reader       // by plan id
-	objects map[string]planned       // by index key: every object of every plan
-	failed  map[string]bool          // prefetches that failed; retried when re-announced
-	busy    map[string]bool          // being prefetched by the planner
-	sizes   int64                    // sum of the known sizes in objects
-	known   int                      // how many sizes are known
-	fetch   plan.Meter               // bytes per second the cache downloads, all downloads together
-	meterAt time.Time                // start of the span the fetch meter has not seen yet
-	meterN  int64                    // bytes fetched in that span
-	consume plan.Meter               // bytes per second readers advance through plans
-	stats   stats.Plan               // counters
-	cands   []plan.Candidate[string] // scratch for victimsLocked
-	ents    []*entry                 // scratch: the entries cands tag
+	// inflight is how many objects the planner fetches at once
+	// (Config.PrefetchParallelism): enough to keep a downloader's
+	// connections busy while each object's metadata lookup and first byte
+	// are in flight; the downloader's budget, granted by priority, bounds
+	// the connections they use. Measured (scripts/bench/pyplan.py, 2000
+	// objects of 100 KiB behind a 20 ms first byte, on an idle host): 16
+	// in flight took 4.1-4.3 s, 64 took 3.2 s on 8 + 8 connections and
+	// 2.2 s on 32 + 32.
+	inflight int
+	wake     chan struct{} // capacity 1: wakes the planner goroutine
+	idx      *plan.Index[string]
+	readers  map[string]*reader       // by plan id
+	objects  map[string]planned       // by index key: every object of every plan
+	failed   map[string]bool          // prefetches that failed; retried when re-announced
+	busy     map[string]bool          // being prefetched by the planner
+	sizes    int64                    // sum of the known sizes in objects
+	known    int                      // how many sizes are known
+	fetch    plan.Meter               // bytes per second the cache downloads, all downloads together
+	meterAt  time.Time                // start of the span the fetch meter has not seen yet
+	meterN   int64                    // bytes fetched in that span
+	consume  plan.Meter               // bytes per second readers advance through plans
+	stats    stats.Plan               // counters
+	cands    []plan.Candidate[string] // scratch for victimsLocked
+	ents     []*entry                 // scratch: the entries cands tag
 }
 
 // reader is one plan's reader: its keys and when it last advanced.
@@ -96,9 +89,11 @@ type planned struct {
 	opened bool
 }
 
-// newPlans returns the state of a cache without plans.
-func newPlans() *plans {
-	return &plans{wake: make(chan struct{}, 1), idx: plan.NewIndex[string](), readers: make(map[string]*reader),
+// newPlans returns the state of a cache without plans, whose planner
+// fetches up to inflight objects at once.
+func newPlans(inflight int) *plans {
+	return &plans{inflight: inflight, wake: make(chan struct{}, 1), idx: plan.NewIndex[string](),
+		readers: make(map[string]*reader),
 		fetch:   plan.Meter{HalfLife: planFetchHalfLife},
 		objects: make(map[string]planned), failed: make(map[string]bool), busy: make(map[string]bool)}
 }
@@ -216,6 +211,15 @@ func (p *plans) openedLocked(k string) {
 		p.objects[k] = pl
 	}
 }
+
+// evictAhead is how many plan positions ahead of a reader the planner may
+// evict copies that a plan needs later to make room for the ones it needs
+// sooner: enough to keep every fetch slot busy (see lookaheadLocked's
+// floor). Farther ahead it only fills free space and the room of copies no
+// plan needs again, so a cache smaller than a plan loses no hits to
+// prefetching (a plan's second epoch over a cache of half its objects reads
+// about half of them again).
+func (p *plans) evictAhead() int { return p.inflight + 1 }
 
 // dueLocked reports whether planned object k is yet to be read: a plan
 // holds it and it was not opened since. A reader's position may run ahead

@@ -167,7 +167,7 @@ func TestPlannerPrefetchesAhead(t *testing.T) {
 // TestPlannerKeepsNeededCopiesFarAhead reads a plan of 2n objects over a
 // cache of n that holds the plan's second half: reading the first half
 // must evict copies of the second, but fetching far ahead of the reader
-// must not, or each such fetch costs a miss later. At most planEvictAhead
+// must not, or each such fetch costs a miss later. At most evictAhead
 // copies go before the reader has passed objects whose room prefetches
 // can take. With lag, the reader announces each position lag objects
 // before it reads there (as a DataLoader's sampler runs ahead of its
@@ -178,7 +178,10 @@ func TestPlannerKeepsNeededCopiesFarAhead(t *testing.T) {
 		t.Run(fmt.Sprintf("lag=%d", lag), func(t *testing.T) {
 			const n = 40
 			e := newDirEnv(t)
-			c := openCache(t, e.config(t.TempDir(), n*objSize))
+			cfg := e.config(t.TempDir(), n*objSize)
+			cfg.PrefetchParallelism = 8 // the planner's in-flight count: its evictAhead is 9
+			c := openCache(t, cfg)
+			planEvictAhead := c.plans.evictAhead()
 			var names []string
 			for i := range 2 * n {
 				names = append(names, fmt.Sprintf("o%02d", i))

@@ -47,7 +47,7 @@ func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string
 
 // planLoop is the planner goroutine: each time a plan is announced or
 // advances, and each time one of its fetches ends, it starts fetching the
-// next planned objects that are missing, keeping up to planInflight in
+// next planned objects that are missing, keeping up to plans.inflight in
 // flight, until the plans' lookahead is cached (or nothing more fits). It
 // owns the fetch goroutines and waits for them before it returns, at Close.
 func (c *Cache) planLoop() {
@@ -73,9 +73,9 @@ func (c *Cache) planLoop() {
 			c.planDone(r)
 			c.hooks.Load().onPlanned(1, r.err)
 		}
-		if inflight < planInflight && ctx.Err() == nil {
+		if inflight < c.plans.inflight && ctx.Err() == nil {
 			c.mu.Lock()
-			todo := c.planNextLocked(planInflight - inflight)
+			todo := c.planNextLocked(c.plans.inflight - inflight)
 			c.mu.Unlock()
 			for _, o := range todo {
 				inflight++
@@ -202,12 +202,12 @@ func (c *Cache) planNextLocked(max int) []fetch.Object {
 			}
 			// Victims go farthest first, so those taken so far all lie
 			// beyond d too: what is left beyond d must cover need. Past
-			// the first planEvictAhead positions only copies no plan
+			// the first evictAhead positions only copies no plan
 			// needs again may go: evicting a copy needed later to fetch
 			// one needed sooner trades a hit for a hit, and far ahead of
 			// the readers it buys no time, only a later miss.
 			limit := d
-			if d >= planEvictAhead {
+			if d >= p.evictAhead() {
 				limit = plan.Never - 1
 			}
 			if farther(cands, limit)-taken < need {
@@ -226,7 +226,7 @@ func (c *Cache) planNextLocked(max int) []fetch.Object {
 
 // lookaheadLocked returns how far ahead of the readers to hold objects of
 // item bytes (0: unknown), at most limit bytes: bytes from the measured
-// rates, but never less than planInflight+1 objects nor planLookaheadTime
+// rates, but never less than inflight+1 objects nor planLookaheadTime
 // of fetching at the measured rate, or 2 objects while no size is known.
 //
 // The floor keeps every fetch slot busy while readers wait on the link: a
@@ -241,7 +241,7 @@ func (p *plans) lookaheadLocked(item, limit int64) int64 {
 	cr, _ := p.consume.Rate()
 	remaining := p.remainingLocked(item)
 	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, remaining, limit)
-	floor := max(int64(planInflight+1)*item, int64(fr*planLookaheadTime.Seconds()))
+	floor := max(int64(p.inflight+1)*item, int64(fr*planLookaheadTime.Seconds()))
 	floor = min(floor, remaining)
 	if limit > 0 {
 		floor = min(floor, limit)

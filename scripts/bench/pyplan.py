@@ -60,7 +60,8 @@ PREFIX = "imgs"
 
 def _unmount(path: Path) -> None:
     if os.path.ismount(path):
-        subprocess.run(["fusermount3", "-u", "-z", str(path)], stderr=subprocess.DEVNULL, check=False)
+        cmd = ["fusermount3", "-u", "-z"] if shutil.which("fusermount3") else ["umount", "-l"]  # root without fuse3
+        subprocess.run(cmd + [str(path)], stderr=subprocess.DEVNULL, check=False)
 
 
 def _first_line(p: subprocess.Popen, what: str) -> str:
