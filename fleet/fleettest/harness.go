@@ -507,6 +507,8 @@ func (n *Node) LogTail(max int) string {
 func (n *Node) CLI(ctx context.Context, args ...string) ([]byte, error) {
 	args = append(args, "--socket", n.Socket, "--endpoint", "http://127.0.0.1:1", "--cache-dir",
 		filepath.Join(n.Dir, "disk"), "--shm-dir", "none")
+	ctx, cancel := bound(ctx, 2*time.Minute)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(n.h.cfg.Bin, "cacheagent"), args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
@@ -515,6 +517,15 @@ func (n *Node) CLI(ctx context.Context, args ...string) ([]byte, error) {
 			bytes.TrimSpace(errb.Bytes()))
 	}
 	return out.Bytes(), nil
+}
+
+// bound gives ctx a deadline d from now unless it has one: a stopped
+// daemon accepts on its socket and never answers.
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // Prefetch runs `cacheagent prefetch --wait` of the dataset on n.
@@ -553,6 +564,8 @@ func (h *Harness) KeyHex() string { return h.keyHex }
 
 // Fleet reads n's fleet status through its socket.
 func (n *Node) Fleet(ctx context.Context) (control.FleetStatus, error) {
+	ctx, cancel := bound(ctx, 5*time.Second)
+	defer cancel()
 	c, err := control.Dial(ctx, n.Socket)
 	if err != nil {
 		return control.FleetStatus{}, err
@@ -563,6 +576,8 @@ func (n *Node) Fleet(ctx context.Context) (control.FleetStatus, error) {
 
 // Status reads n's status through its socket.
 func (n *Node) Status(ctx context.Context) (control.Status, error) {
+	ctx, cancel := bound(ctx, 5*time.Second)
+	defer cancel()
 	c, err := control.Dial(ctx, n.Socket)
 	if err != nil {
 		return control.Status{}, err

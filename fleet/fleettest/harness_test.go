@@ -123,10 +123,12 @@ func (h *Harness) nodesWithKey(k string) []*Node {
 func want(i int) []byte { return emulator.Pattern(uint64(i)+1, objSize) }
 
 // checkCopies cats every object through each node and compares it with
-// accept(i) (one of the acceptable contents); it returns the corrupt bytes.
-func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][]byte) {
+// accept(i) (one of the acceptable contents), and runs verify on each;
+// it returns how many copies matched each acceptable content.
+func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][]byte) map[int]int {
 	t.Helper()
 	ctx := context.Background()
+	matched := map[int]int{}
 	for _, n := range nodes {
 		for i := 0; i < h.cfg.Objects; i++ {
 			got, err := n.Cat(ctx, h.ObjectName(i))
@@ -135,8 +137,12 @@ func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][
 				continue
 			}
 			ok := false
-			for _, w := range accept(i) {
-				ok = ok || bytes.Equal(got, w)
+			for g, w := range accept(i) {
+				if bytes.Equal(got, w) {
+					ok = true
+					matched[g]++
+					break
+				}
 			}
 			if !ok {
 				t.Errorf("%s: %s: %d bytes equal to none of the %d acceptable generations (%d differing bytes from the first)",
@@ -150,6 +156,7 @@ func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][
 			t.Errorf("%s: verify found %d bad copies: %v", n.Name, bad, rep)
 		}
 	}
+	return matched
 }
 
 func diff(a, b []byte) int {
@@ -252,7 +259,7 @@ func TestFleet(t *testing.T) {
 				t.Errorf("%s: prefetch: %v", survivors[i].Name, err)
 			}
 		}
-		t.Logf("survivors' prefetch times %v (a cold prefetch of the 3-node fleet on these links takes about 3 s; the excess is the stall)", took)
+		t.Logf("survivors' prefetch times %v (compare: scripts/bench/fleet.sh measures the undisturbed cold time on the same links)", took)
 		traffic(t, h)
 		sum, _, _ := h.GCSBytes(context.Background())
 		t.Logf("GCS bytes %d = %.3f·D", sum, float64(sum)/float64(h.D()))
@@ -332,6 +339,7 @@ func TestFleet(t *testing.T) {
 		gen2 := func(i int) []byte { return emulator.Pattern(uint64(i)+1001, objSize) }
 		done := make(chan struct{})
 		var wg sync.WaitGroup
+		uploads := 0
 		wg.Go(func() {
 			for i := 0; i < h.cfg.Objects; i += 2 {
 				select {
@@ -343,11 +351,13 @@ func TestFleet(t *testing.T) {
 					t.Errorf("upload: %v", err)
 					return
 				}
+				uploads++
 			}
 		})
-		_, errs := prefetchAll(t, h, h.Nodes, 60*time.Second)
+		took, errs := prefetchAll(t, h, h.Nodes, 60*time.Second)
 		close(done)
 		wg.Wait()
+		t.Logf("%d objects overwritten while the nodes prefetched (prefetch times %v)", uploads, took)
 		for i, err := range errs {
 			if err != nil {
 				// A prefetch racing an overwrite may report the changed
@@ -356,6 +366,7 @@ func TestFleet(t *testing.T) {
 			}
 		}
 		traffic(t, h)
-		checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i), gen2(i)} })
+		m := checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i), gen2(i)} })
+		t.Logf("cached copies read back: %d of the first generation, %d of the second, none mixed", m[0], m[1])
 	})
 }
