@@ -817,3 +817,23 @@ func ownerAlive(id string) bool {
 	}
 	return syscall.Kill(pid, 0) == nil
 }
+
+// Cached lists the dataset's objects n's cache holds (`cacheagent ls
+// --json`: a tier other than "none").
+func (n *Node) Cached(ctx context.Context) ([]string, error) {
+	out, err := n.CLI(ctx, "ls", "--json", n.h.URI())
+	if err != nil {
+		return nil, err
+	}
+	var rows []control.Object
+	if err := json.Unmarshal(out, &rows); err != nil {
+		return nil, fmt.Errorf("ls --json: %w: %s", err, out)
+	}
+	var names []string
+	for _, r := range rows {
+		if r.Tier != "" && r.Tier != "none" {
+			names = append(names, r.Name)
+		}
+	}
+	return names, nil
+}
