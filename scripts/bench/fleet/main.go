@@ -48,7 +48,7 @@ type opts struct {
 	gcsMbit, peerMbit  int
 	firstByte          time.Duration
 	readers            int
-	skipAlone, skipKil bool
+	phases             string
 }
 
 func main() {
@@ -62,8 +62,7 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
-	flag.BoolVar(&o.skipAlone, "skip-alone", false, "skip phase 1")
-	flag.BoolVar(&o.skipKil, "skip-kill", false, "skip phase 3")
+	flag.StringVar(&o.phases, "phases", "1234", "phases to run (digits)")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
 	if err != nil || o.bin == "" {
@@ -242,7 +241,7 @@ func run(ctx context.Context, o opts) error {
 
 	// Phase 1: one node alone.
 	var alone float64
-	if !o.skipAlone {
+	if strings.Contains(o.phases, "1") {
 		h, err := fleettest.Start(ctx, o.cfg(1, 2*D, true))
 		if err != nil {
 			if h != nil {
@@ -259,10 +258,9 @@ func run(ctx context.Context, o opts) error {
 			alone, mib(g), float64(g)/float64(D), errs, first, corrupt)
 	}
 
-	// Phase 2: the fleet with B = D/2.5.
-	B := D * 2 / 5
-	{
-		h, err := fleettest.Start(ctx, o.cfg(N, B, false))
+	// Phase 2: the fleet with an ample budget.
+	if strings.Contains(o.phases, "2") {
+		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
 		if err != nil {
 			if h != nil {
 				h.Close()
@@ -273,7 +271,42 @@ func run(ctx context.Context, o opts) error {
 		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
 			return err
 		}
-		report("\n## 2. %d nodes, fleet, disk budget B = %s each (D = 2.5·B, N·B = %.1f·D)", N, mib(B), float64(N)*float64(B)/float64(D))
+		report("\n## 2. %d nodes, fleet, ample disk budget (2·D each)", N)
+		es := readAll(ctx, o, h, h.Nodes, 1)
+		g1, per, _ := h.GCSBytes(ctx)
+		errs, corrupt, first := problems(es)
+		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
+			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), per)
+		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
+		if alone > 0 {
+			sp := alone / meanTook(es)
+			report("cold speed-up vs one node alone: %.2f× (ideal %.2f×, target ≥ 0.8·ideal = %.2f×): %.2f of the ideal",
+				sp, ideal, 0.8*ideal, sp/ideal)
+		}
+		traffic(ctx, h)
+		es = readAll(ctx, o, h, h.Nodes, 2)
+		g2, _, _ := h.GCSBytes(ctx)
+		errs, corrupt, first = problems(es)
+		report("epoch 2 (warm, B ≥ D): GCS bytes %s = %.4f·D (target ≤ 0.01·D); times %s; read errors %d %s; corrupt bytes %d",
+			mib(g2-g1), float64(g2-g1)/float64(D), times(es), errs, first, corrupt)
+		h.Close()
+	}
+
+	// Phase 3: the fleet with B = D/2.5.
+	B := D * 2 / 5
+	if strings.Contains(o.phases, "3") {
+		h, err := fleettest.Start(ctx, o.cfg(N, B, false))
+		if err != nil {
+			if h != nil {
+				h.Close()
+			}
+			return fmt.Errorf("phase 3: %w", err)
+		}
+		defer h.Close()
+		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+			return err
+		}
+		report("\n## 3. %d nodes, fleet, disk budget B = %s each (D = 2.5·B, N·B = %.1f·D)", N, mib(B), float64(N)*float64(B)/float64(D))
 		s := sample(ctx, h.Nodes)
 		g0, _, _ := h.GCSBytes(ctx)
 		es := readAll(ctx, o, h, h.Nodes, 1)
@@ -282,18 +315,7 @@ func run(ctx context.Context, o opts) error {
 		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
 			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), per)
 		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
-		if alone > 0 {
-			sp := alone / meanTook(es)
-			report("cold speed-up vs one node alone: %.2f× (ideal %.2f×, target ≥ 0.8·ideal = %.2f×): %.2f of the ideal",
-				sp, ideal, 0.8*ideal, sp/ideal)
-		}
-		for _, n := range h.Nodes {
-			if fs, err := n.Fleet(ctx); err == nil {
-				t := fs.Traffic
-				report("  %s: origin %s, from peers %v, served %s, peer errors %v, fallbacks %d", n.Name, mib(t.OriginBytes),
-					t.PeerBytes, mib(t.ServedBytes), nonzero(t.PeerErrors), t.Fallbacks)
-			}
-		}
+		traffic(ctx, h)
 		// Is everything cached somewhere?
 		where := map[string]int{}
 		for _, n := range h.Nodes {
@@ -334,13 +356,13 @@ func run(ctx context.Context, o opts) error {
 	}
 
 	// Phase 3: SIGKILL one node mid-epoch.
-	if !o.skipKil {
+	if strings.Contains(o.phases, "4") {
 		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
 		if err != nil {
 			if h != nil {
 				h.Close()
 			}
-			return fmt.Errorf("phase 3: %w", err)
+			return fmt.Errorf("phase 4: %w", err)
 		}
 		defer h.Close()
 		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
@@ -360,7 +382,7 @@ func run(ctx context.Context, o opts) error {
 		es := readAll(ctx, o, h, h.Nodes, 7)
 		g, _, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es[:N-1])
-		report("\n## 3. %d nodes, ample budget, %s SIGKILLed %.2fs into a cold epoch (half the link-bound estimate %.2fs)",
+		report("\n## 4. %d nodes, ample budget, %s SIGKILLed %.2fs into a cold epoch (half the link-bound estimate %.2fs)",
 			N, victim.Name, killAt.Seconds(), est.Seconds())
 		var worst time.Duration
 		for k, e := range es[:N-1] {
@@ -380,6 +402,24 @@ func run(ctx context.Context, o opts) error {
 		}
 	}
 	return nil
+}
+
+func traffic(ctx context.Context, h *fleettest.Harness) {
+	for _, n := range h.Nodes {
+		if fs, err := n.Fleet(ctx); err == nil {
+			t := fs.Traffic
+			report("  %s: origin %s, from peers %v, served %s, peer errors %v, fallbacks %d", n.Name, mib(t.OriginBytes),
+				mibMap(t.PeerBytes), mib(t.ServedBytes), nonzero(t.PeerErrors), t.Fallbacks)
+		}
+	}
+}
+
+func mibMap(m map[string]int64) map[string]string {
+	o := map[string]string{}
+	for k, v := range m {
+		o[k] = mib(v)
+	}
+	return o
 }
 
 func nonzero(m map[string]int64) map[string]int64 {
