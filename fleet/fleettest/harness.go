@@ -776,7 +776,8 @@ func killNSPids(ns string) {
 var leftoverRE = regexp.MustCompile(`^` + Prefix + `([0-9a-f]{4})(h|n[0-9]+)$`)
 
 // RemoveLeftovers deletes the namespaces (and kills the processes in
-// them) of earlier runs whose owner process is gone. Runs whose owner is
+// them) and the working directories of earlier runs whose owner process
+// is gone. Runs whose owner is
 // alive (another test running now) are left alone.
 func RemoveLeftovers(logf func(string, ...any)) {
 	out, err := exec.Command("ip", "netns", "list").Output()
@@ -795,6 +796,12 @@ func RemoveLeftovers(logf func(string, ...any)) {
 		killNSPids(f[0])
 		if err := run("ip", "netns", "del", f[0]); err == nil && logf != nil {
 			logf("fleettest: removed leftover namespace %s", f[0])
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), Prefix+"[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-*"))
+	for _, d := range dirs {
+		if id := strings.TrimPrefix(filepath.Base(d), Prefix)[:4]; !ownerAlive(id) {
+			os.RemoveAll(d)
 		}
 	}
 	ents, _ := os.ReadDir(stateDir)
