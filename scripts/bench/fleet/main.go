@@ -98,6 +98,7 @@ type epoch struct {
 	errors  int
 	corrupt int64 // bytes differing from the content
 	firstEr string
+	slow    []string // reads over 2 s: start offset, duration, object
 }
 
 // readAll has each of nodes read every object once, readers at a time,
@@ -127,6 +128,9 @@ func readAll(ctx context.Context, o opts, h *fleettest.Harness, nodes []*fleette
 						d := time.Since(s)
 						mu.Lock()
 						lat = append(lat, d)
+						if d > 2*time.Second {
+							e.slow = append(e.slow, fmt.Sprintf("%s at +%.1fs took %.1fs", h.ObjectName(i), s.Sub(t0).Seconds(), d.Seconds()))
+						}
 						if err != nil {
 							e.errors++
 							if e.firstEr == "" {
@@ -283,6 +287,10 @@ func run(ctx context.Context, o opts) error {
 			report("cold speed-up vs one node alone: %.2f× (ideal %.2f×, target ≥ 0.8·ideal = %.2f×): %.2f of the ideal",
 				sp, ideal, 0.8*ideal, sp/ideal)
 		}
+		for k, e := range es {
+			report("  %s: median read %.0f ms, slowest %.0f ms; reads over 2 s: %v", h.Nodes[k].Name,
+				float64(e.median.Microseconds())/1000, float64(e.slowest.Microseconds())/1000, e.slow)
+		}
 		traffic(ctx, h)
 		es = readAll(ctx, o, h, h.Nodes, 2)
 		g2, _, _ := h.GCSBytes(ctx)
@@ -386,8 +394,8 @@ func run(ctx context.Context, o opts) error {
 			N, victim.Name, killAt.Seconds(), est.Seconds())
 		var worst time.Duration
 		for k, e := range es[:N-1] {
-			report("  survivor %s: epoch %.2fs, median read %.0f ms, slowest read %.0f ms", survivors[k].Name, e.took.Seconds(),
-				float64(e.median.Microseconds())/1000, float64(e.slowest.Microseconds())/1000)
+			report("  survivor %s: epoch %.2fs, median read %.0f ms, slowest read %.0f ms; reads over 2 s: %v", survivors[k].Name, e.took.Seconds(),
+				float64(e.median.Microseconds())/1000, float64(e.slowest.Microseconds())/1000, e.slow)
 			worst = max(worst, e.slowest)
 		}
 		report("survivors' worst single read (the stall bound; target ≤ 2 s for a refused peer): %.2fs; read errors %d %s; corrupt bytes %d (target 0)",
@@ -396,8 +404,8 @@ func run(ctx context.Context, o opts) error {
 		for _, n := range survivors {
 			if fs, err := n.Fleet(ctx); err == nil {
 				t := fs.Traffic
-				report("  %s: origin %s, from peers %v, peer errors %v, fallbacks %d", n.Name, mib(t.OriginBytes), t.PeerBytes,
-					nonzero(t.PeerErrors), t.Fallbacks)
+				report("  %s: origin %s, from peers %v, peer errors %v, fallbacks %d (%d waited for the rate limit)", n.Name, mib(t.OriginBytes),
+					mibMap(t.PeerBytes), nonzero(t.PeerErrors), t.Fallbacks, t.FallbackWaits)
 			}
 		}
 	}
