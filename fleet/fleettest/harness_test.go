@@ -246,14 +246,16 @@ func TestFleet(t *testing.T) {
 		h := fleet(t, Config{GCSMbit: 80, PeerMbit: 320})
 		victim := h.Nodes[2]
 		survivors := h.Nodes[:2]
-		go func() {
+		var killed sync.WaitGroup
+		killed.Go(func() {
 			time.Sleep(time.Second)
 			if err := victim.Kill(); err != nil {
 				t.Errorf("kill: %v", err)
 			}
 			t.Logf("SIGKILLed %s at 1s", victim.Name)
-		}()
+		})
 		took, errs := prefetchAll(t, h, survivors, 60*time.Second)
+		killed.Wait()
 		for i, err := range errs {
 			if err != nil {
 				t.Errorf("%s: prefetch: %v", survivors[i].Name, err)
@@ -272,14 +274,16 @@ func TestFleet(t *testing.T) {
 		h := fleet(t, Config{GCSMbit: 80, PeerMbit: 320})
 		victim := h.Nodes[2]
 		survivors := h.Nodes[:2]
-		go func() {
+		var stopped sync.WaitGroup
+		stopped.Go(func() {
 			time.Sleep(time.Second)
 			if err := victim.Signal(syscall.SIGSTOP); err != nil {
 				t.Errorf("stop: %v", err)
 			}
 			t.Logf("SIGSTOPped %s at 1s", victim.Name)
-		}()
+		})
 		took, errs := prefetchAll(t, h, survivors, 90*time.Second)
+		stopped.Wait()
 		for i, err := range errs {
 			if err != nil {
 				t.Errorf("%s: prefetch: %v", survivors[i].Name, err)
