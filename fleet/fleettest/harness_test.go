@@ -119,8 +119,20 @@ func (h *Harness) nodesWithKey(k string) []*Node {
 	return ns
 }
 
+// patterns memoizes emulator.Pattern (slow under -race).
+var patterns sync.Map
+
+func pattern(seed uint64) []byte {
+	if b, ok := patterns.Load(seed); ok {
+		return b.([]byte)
+	}
+	b := emulator.Pattern(seed, objSize)
+	patterns.Store(seed, b)
+	return b
+}
+
 // want is object i's original content (gcsemu's pattern).
-func want(i int) []byte { return emulator.Pattern(uint64(i)+1, objSize) }
+func want(i int) []byte { return pattern(uint64(i) + 1) }
 
 // checkCopies cats every object through each node and compares it with
 // accept(i) (one of the acceptable contents), and runs verify on each;
@@ -137,7 +149,8 @@ func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][
 				continue
 			}
 			ok := false
-			for g, w := range accept(i) {
+			acc := accept(i)
+			for g, w := range acc {
 				if bytes.Equal(got, w) {
 					ok = true
 					matched[g]++
@@ -146,7 +159,7 @@ func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][
 			}
 			if !ok {
 				t.Errorf("%s: %s: %d bytes equal to none of the %d acceptable generations (%d differing bytes from the first)",
-					n.Name, h.ObjectName(i), len(got), len(accept(i)), diff(got, accept(i)[0]))
+					n.Name, h.ObjectName(i), len(got), len(acc), diff(got, acc[0]))
 			}
 		}
 		rep, err := n.Verify(ctx)
@@ -340,7 +353,7 @@ func TestFleet(t *testing.T) {
 	t.Run("OverwriteDuringReads", func(t *testing.T) {
 		h := fleet(t, Config{GCSMbit: 160, PeerMbit: 640})
 		ctx := context.Background()
-		gen2 := func(i int) []byte { return emulator.Pattern(uint64(i)+1001, objSize) }
+		gen2 := func(i int) []byte { return pattern(uint64(i) + 1001) }
 		done := make(chan struct{})
 		var wg sync.WaitGroup
 		uploads := 0
