@@ -95,7 +95,6 @@ type Node struct {
 	h   *Harness
 	mu  sync.Mutex
 	cmd *exec.Cmd
-	log *os.File
 	res chan error // the daemon's exit, once
 }
 

@@ -42,13 +42,13 @@ import (
 )
 
 type opts struct {
-	bin                string
-	nodes, objects     int
-	size               int64
-	gcsMbit, peerMbit  int
-	firstByte          time.Duration
-	readers            int
-	phases             string
+	bin               string
+	nodes, objects    int
+	size              int64
+	gcsMbit, peerMbit int
+	firstByte         time.Duration
+	readers           int
+	phases            string
 }
 
 func main() {
