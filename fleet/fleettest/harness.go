@@ -74,6 +74,10 @@ type Config struct {
 	Connections int
 	// NoFleet starts the daemons without a fleet section.
 	NoFleet bool
+	// Deferred is the number of last nodes Start prepares (namespace,
+	// proxy, config) but does not start: Node.Start starts one later (a
+	// node joining mid-read).
+	Deferred int
 	// OtherKey, when not 0, is the index of a node started with a key of
 	// its own (a stranger that must never be admitted).
 	OtherKey int
@@ -202,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Harness, error) {
 		}
 		n.Proxy = url
 	}
-	for _, n := range h.Nodes {
+	for _, n := range h.Nodes[:len(h.Nodes)-min(cfg.Deferred, len(h.Nodes))] {
 		if err := n.Start(ctx); err != nil {
 			return h, err
 		}

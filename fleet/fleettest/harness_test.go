@@ -102,7 +102,9 @@ func fleet(t *testing.T, cfg Config) *Harness {
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	if err := h.WaitAlive(ctx, 30*time.Second, h.nodesWithKey(h.keyHex)...); err != nil {
+	started := h.nodesWithKey(h.keyHex)
+	started = started[:len(started)-cfg.Deferred]
+	if err := h.WaitAlive(ctx, 30*time.Second, started...); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("fleet %s: %d nodes up and joined in %v", h.ID, len(h.Nodes), time.Since(t0).Round(time.Millisecond))
@@ -346,6 +348,45 @@ func TestFleet(t *testing.T) {
 		}
 		st, _ := h.Nodes[0].Fleet(ctx)
 		t.Logf("n1 served requests by outcome: %v", st.Traffic.ServedRequests)
+	})
+
+	// A fourth node joins while three prefetch: they finish, nothing is
+	// corrupt, and the newcomer then reads its share from the fleet.
+	t.Run("JoinMidRead", func(t *testing.T) {
+		h := fleet(t, Config{Nodes: 4, Deferred: 1, GCSMbit: 80, PeerMbit: 320})
+		ctx := context.Background()
+		first, late := h.Nodes[:3], h.Nodes[3]
+		var joined sync.WaitGroup
+		var joinedIn time.Duration
+		joined.Go(func() {
+			time.Sleep(time.Second)
+			t0 := time.Now()
+			if err := late.Start(ctx); err != nil {
+				t.Errorf("start %s: %v", late.Name, err)
+				return
+			}
+			if err := h.WaitAlive(ctx, 20*time.Second); err != nil {
+				t.Errorf("after %s joined: %v", late.Name, err)
+			}
+			joinedIn = time.Since(t0)
+		})
+		took, errs := prefetchAll(t, h, first, 60*time.Second)
+		joined.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("%s: prefetch: %v", first[i].Name, err)
+			}
+		}
+		g1, _, _ := h.GCSBytes(ctx)
+		t.Logf("%s started 1s into the prefetch, alive on every member %v later; the others' prefetch times %v; GCS bytes %.3f·D",
+			late.Name, joinedIn.Round(time.Millisecond), took, float64(g1)/float64(h.D()))
+		if _, errs := prefetchAll(t, h, []*Node{late}, 60*time.Second); errs[0] != nil {
+			t.Errorf("%s: prefetch: %v", late.Name, errs[0])
+		}
+		g2, _, _ := h.GCSBytes(ctx)
+		t.Logf("the newcomer's own prefetch added %.3f·D of GCS bytes (its owned share is read from GCS once)", float64(g2-g1)/float64(h.D()))
+		traffic(t, h)
+		checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i)} })
 	})
 
 	// Objects overwritten in GCS during the reads: every copy is one
