@@ -1,0 +1,464 @@
+// Command fleet measures fleet mode on one machine with the fleettest
+// harness (network namespaces, one counting gcsproxy per node, tc caps):
+// the figures of issue 18's "Performance" section as counts and ratios.
+// It needs root; scripts/bench/fleet.sh builds the binaries and runs it.
+//
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160]
+//
+// An epoch is every node reading every object of the dataset once
+// (`cacheagent cat` through its daemon, -readers at a time per node, each
+// node in its own order), all nodes at once. Phases:
+//
+//  1. one node alone, no fleet section, on the same shaped GCS link: cold
+//     epoch time (today's figure);
+//  2. N nodes, fleet, disk budget B = D/2.5 each (so D = 2.5·B, N·B ≥ D):
+//     epoch 1 cold (GCS bytes vs D and N·D, time per node vs phase 1),
+//     then is every object cached somewhere, then epochs 2 and 3 (GCS bytes
+//     vs 0.01·D); each node's disk use sampled every 100 ms against B;
+//  3. N nodes, fleet, ample budget: a cold epoch with node N SIGKILLed at
+//     half of phase 2's epoch-1 time: survivors' epoch time, their slowest
+//     single read (the stall), extra GCS bytes, corrupt bytes.
+//
+// Every byte read is compared with the emulator's content.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/cacheagent/cacheagent/fleet/fleettest"
+	"github.com/cacheagent/cacheagent/internal/emulator"
+)
+
+type opts struct {
+	bin               string
+	nodes, objects    int
+	size              int64
+	gcsMbit, peerMbit int
+	firstByte         time.Duration
+	readers           int
+	phases            string
+}
+
+func main() {
+	var o opts
+	var size string
+	flag.StringVar(&o.bin, "bin", "", "directory with cacheagent, gcsemu and gcsproxy (required)")
+	flag.IntVar(&o.nodes, "nodes", 3, "fleet size N")
+	flag.IntVar(&o.objects, "objects", 48, "objects in the dataset")
+	flag.StringVar(&size, "size", "2MiB", "size of each object")
+	flag.IntVar(&o.gcsMbit, "gcs-mbit", 40, "per-node GCS link rate r_g, Mbit/s (htb in the hub)")
+	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
+	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
+	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
+	flag.StringVar(&o.phases, "phases", "1234", "phases to run (digits)")
+	flag.Parse()
+	n, err := humanize.ParseBytes(size)
+	if err != nil || o.bin == "" {
+		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size must be a size")
+		os.Exit(2)
+	}
+	o.size = int64(n)
+	if err := fleettest.Check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+	if err := run(context.Background(), o); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+// content is object i's bytes (gcsemu's pattern).
+func (o opts) content(i int) []byte { return emulator.Pattern(uint64(i)+1, int(o.size)) }
+
+func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
+	return fleettest.Config{Nodes: nodes, Bin: o.bin, Bucket: "bench", Prefix: "data/", Objects: o.objects,
+		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
+		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: 16,
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+}
+
+// epoch is one node's read of the whole dataset.
+type epoch struct {
+	took    time.Duration
+	slowest time.Duration // slowest single read
+	median  time.Duration
+	errors  int
+	corrupt int64 // bytes differing from the content
+	firstEr string
+	slow    []string // reads over 2 s: start offset, duration, object
+}
+
+// readAll has each of nodes read every object once, readers at a time,
+// all nodes at once; node k reads in its own shuffled order.
+func readAll(ctx context.Context, o opts, h *fleettest.Harness, nodes []*fleettest.Node, seed uint64) []epoch {
+	out := make([]epoch, len(nodes))
+	var wg sync.WaitGroup
+	for k, n := range nodes {
+		wg.Go(func() {
+			order := rand.New(rand.NewPCG(seed, uint64(k))).Perm(o.objects)
+			var next atomic.Int64
+			var mu sync.Mutex
+			var lat []time.Duration
+			e := &out[k]
+			t0 := time.Now()
+			var rw sync.WaitGroup
+			for range o.readers {
+				rw.Go(func() {
+					for {
+						j := int(next.Add(1)) - 1
+						if j >= len(order) {
+							return
+						}
+						i := order[j]
+						s := time.Now()
+						got, err := n.Cat(ctx, h.ObjectName(i))
+						d := time.Since(s)
+						mu.Lock()
+						lat = append(lat, d)
+						if d > 2*time.Second {
+							e.slow = append(e.slow, fmt.Sprintf("%s at +%.1fs took %.1fs", h.ObjectName(i), s.Sub(t0).Seconds(), d.Seconds()))
+						}
+						if err != nil {
+							e.errors++
+							if e.firstEr == "" {
+								e.firstEr = err.Error()
+							}
+						} else if c := diff(got, o.content(i)); c != 0 {
+							e.corrupt += c
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			rw.Wait()
+			e.took = time.Since(t0)
+			sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
+			if len(lat) > 0 {
+				e.slowest, e.median = lat[len(lat)-1], lat[len(lat)/2]
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func diff(a, b []byte) int64 {
+	d := int64(max(len(a), len(b)) - min(len(a), len(b)))
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			d++
+		}
+	}
+	return d
+}
+
+// sampler records each node's highest disk use, every 100 ms.
+type sampler struct {
+	stop chan struct{}
+	done sync.WaitGroup
+	mu   sync.Mutex
+	max  []int64
+}
+
+func sample(ctx context.Context, nodes []*fleettest.Node) *sampler {
+	s := &sampler{stop: make(chan struct{}), max: make([]int64, len(nodes))}
+	s.done.Go(func() {
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			for k, n := range nodes {
+				if u, err := n.DiskUsed(ctx); err == nil {
+					s.mu.Lock()
+					s.max[k] = max(s.max[k], u)
+					s.mu.Unlock()
+				}
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return s
+}
+
+func (s *sampler) end() []int64 {
+	close(s.stop)
+	s.done.Wait()
+	return s.max
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func times(es []epoch) string {
+	var p []string
+	for _, e := range es {
+		p = append(p, fmt.Sprintf("%.2fs", e.took.Seconds()))
+	}
+	return strings.Join(p, " ")
+}
+
+func meanTook(es []epoch) float64 {
+	var s float64
+	for _, e := range es {
+		s += e.took.Seconds()
+	}
+	return s / float64(len(es))
+}
+
+func problems(es []epoch) (errs int, corrupt int64, first string) {
+	for _, e := range es {
+		errs += e.errors
+		corrupt += e.corrupt
+		if first == "" {
+			first = e.firstEr
+		}
+	}
+	return
+}
+
+func report(format string, a ...any) { fmt.Printf(format+"\n", a...) }
+
+func run(ctx context.Context, o opts) error {
+	D := int64(o.objects) * o.size
+	N := o.nodes
+	report("# fleet benchmark %s", time.Now().UTC().Format(time.RFC3339))
+	report("machine: nproc %d (%s); N=%d, D=%d objects × %s = %s; r_g=%d Mbit/s per node (hub htb), r_p=%d Mbit/s per node each way (htb), GCS first byte %v; %d concurrent reads per node",
+		runtime.NumCPU(), cpuModel(), N, o.objects, humanize.IBytes(uint64(o.size)), mib(D), o.gcsMbit, o.peerMbit, o.firstByte, o.readers)
+	rg, rp := float64(o.gcsMbit), float64(o.peerMbit)
+	ideal := 1 / max(1/float64(N), float64(N-1)*rg/(float64(N)*rp))
+	report("link-bound ideal speed-up over one node: 1/max(1/N, (N-1)·r_g/(N·r_p)) = %.2f×", ideal)
+
+	// Phase 1: one node alone.
+	var alone float64
+	if strings.Contains(o.phases, "1") {
+		h, err := fleettest.Start(ctx, o.cfg(1, 2*D, true))
+		if err != nil {
+			if h != nil {
+				h.Close()
+			}
+			return fmt.Errorf("phase 1: %w", err)
+		}
+		es := readAll(ctx, o, h, h.Nodes, 1)
+		g, _, _ := h.GCSBytes(ctx)
+		errs, corrupt, first := problems(es)
+		h.Close()
+		alone = es[0].took.Seconds()
+		report("\n## 1. one node alone, no fleet: cold epoch %.2fs, GCS bytes %s (%.3f·D), %d read errors %s, %d corrupt bytes",
+			alone, mib(g), float64(g)/float64(D), errs, first, corrupt)
+	}
+
+	// Phase 2: the fleet with an ample budget.
+	if strings.Contains(o.phases, "2") {
+		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
+		if err != nil {
+			if h != nil {
+				h.Close()
+			}
+			return fmt.Errorf("phase 2: %w", err)
+		}
+		defer h.Close()
+		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+			return err
+		}
+		report("\n## 2. %d nodes, fleet, ample disk budget (2·D each)", N)
+		es := readAll(ctx, o, h, h.Nodes, 1)
+		g1, per, _ := h.GCSBytes(ctx)
+		errs, corrupt, first := problems(es)
+		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
+			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), per)
+		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
+		if alone > 0 {
+			sp := alone / meanTook(es)
+			report("cold speed-up vs one node alone: %.2f× (ideal %.2f×, target ≥ 0.8·ideal = %.2f×): %.2f of the ideal",
+				sp, ideal, 0.8*ideal, sp/ideal)
+		}
+		for k, e := range es {
+			report("  %s: median read %.0f ms, slowest %.0f ms; reads over 2 s: %v", h.Nodes[k].Name,
+				float64(e.median.Microseconds())/1000, float64(e.slowest.Microseconds())/1000, e.slow)
+		}
+		traffic(ctx, h)
+		es = readAll(ctx, o, h, h.Nodes, 2)
+		g2, _, _ := h.GCSBytes(ctx)
+		errs, corrupt, first = problems(es)
+		report("epoch 2 (warm, B ≥ D): GCS bytes %s = %.4f·D (target ≤ 0.01·D); times %s; read errors %d %s; corrupt bytes %d",
+			mib(g2-g1), float64(g2-g1)/float64(D), times(es), errs, first, corrupt)
+		h.Close()
+	}
+
+	// Phase 3: the fleet with B = D/2.5.
+	B := D * 2 / 5
+	if strings.Contains(o.phases, "3") {
+		h, err := fleettest.Start(ctx, o.cfg(N, B, false))
+		if err != nil {
+			if h != nil {
+				h.Close()
+			}
+			return fmt.Errorf("phase 3: %w", err)
+		}
+		defer h.Close()
+		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+			return err
+		}
+		report("\n## 3. %d nodes, fleet, disk budget B = %s each (D = 2.5·B, N·B = %.1f·D)", N, mib(B), float64(N)*float64(B)/float64(D))
+		s := sample(ctx, h.Nodes)
+		g0, _, _ := h.GCSBytes(ctx)
+		es := readAll(ctx, o, h, h.Nodes, 1)
+		g1, per, _ := h.GCSBytes(ctx)
+		errs, corrupt, first := problems(es)
+		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
+			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), per)
+		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
+		traffic(ctx, h)
+		// Is everything cached somewhere?
+		where := map[string]int{}
+		for _, n := range h.Nodes {
+			names, err := n.Cached(ctx)
+			if err != nil {
+				return err
+			}
+			for _, nm := range names {
+				where[nm]++
+			}
+			u, _ := n.DiskUsed(ctx)
+			report("  %s after epoch 1: %d objects cached, disk %s of B %s", n.Name, len(names), mib(u), mib(B))
+		}
+		missing := 0
+		for i := range o.objects {
+			if where[h.ObjectName(i)] == 0 {
+				missing++
+			}
+		}
+		report("after epoch 1: %d of %d objects cached on no node (target 0)", missing, o.objects)
+		for ep := 2; ep <= 3; ep++ {
+			a, _, _ := h.GCSBytes(ctx)
+			es := readAll(ctx, o, h, h.Nodes, uint64(ep))
+			b, _, _ := h.GCSBytes(ctx)
+			errs, corrupt, first := problems(es)
+			report("epoch %d: GCS bytes %s = %.3f·D (target ≤ 0.01·D); times %s; read errors %d %s; corrupt bytes %d",
+				ep, mib(b-a), float64(b-a)/float64(D), times(es), errs, first, corrupt)
+		}
+		mx := s.end()
+		var over []string
+		for k, m := range mx {
+			if m > B {
+				over = append(over, h.Nodes[k].Name)
+			}
+		}
+		report("highest disk use per node (sampled every 100 ms): %v vs B %s; nodes above B: %v", mibs(mx), mib(B), over)
+		h.Close()
+	}
+
+	// Phase 3: SIGKILL one node mid-epoch.
+	if strings.Contains(o.phases, "4") {
+		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
+		if err != nil {
+			if h != nil {
+				h.Close()
+			}
+			return fmt.Errorf("phase 4: %w", err)
+		}
+		defer h.Close()
+		if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+			return err
+		}
+		// Reference: an undisturbed cold epoch on a fleet like this one
+		// would take about phase 2's epoch 1; kill at half of a first
+		// guess from the link rates.
+		victim := h.Nodes[N-1]
+		survivors := h.Nodes[:N-1]
+		est := time.Duration(float64(D) / (rg * 1e6 / 8) / ideal * float64(time.Second))
+		killAt := est / 2
+		go func() {
+			time.Sleep(killAt)
+			victim.Kill()
+		}()
+		es := readAll(ctx, o, h, h.Nodes, 7)
+		g, _, _ := h.GCSBytes(ctx)
+		errs, corrupt, first := problems(es[:N-1])
+		report("\n## 4. %d nodes, ample budget, %s SIGKILLed %.2fs into a cold epoch (half the link-bound estimate %.2fs)",
+			N, victim.Name, killAt.Seconds(), est.Seconds())
+		var worst time.Duration
+		for k, e := range es[:N-1] {
+			report("  survivor %s: epoch %.2fs, median read %.0f ms, slowest read %.0f ms; reads over 2 s: %v", survivors[k].Name, e.took.Seconds(),
+				float64(e.median.Microseconds())/1000, float64(e.slowest.Microseconds())/1000, e.slow)
+			worst = max(worst, e.slowest)
+		}
+		report("survivors' worst single read (the stall bound; target ≤ 2 s for a refused peer): %.2fs; read errors %d %s; corrupt bytes %d (target 0)",
+			worst.Seconds(), errs, first, corrupt)
+		report("GCS bytes %s = %.3f·D (the dead node's unread share is re-read from GCS)", mib(g), float64(g)/float64(D))
+		for _, n := range survivors {
+			if fs, err := n.Fleet(ctx); err == nil {
+				t := fs.Traffic
+				report("  %s: origin %s, from peers %v, peer errors %v, fallbacks %d (%d waited for the rate limit)", n.Name, mib(t.OriginBytes),
+					mibMap(t.PeerBytes), nonzero(t.PeerErrors), t.Fallbacks, t.FallbackWaits)
+			}
+		}
+	}
+	return nil
+}
+
+func traffic(ctx context.Context, h *fleettest.Harness) {
+	for _, n := range h.Nodes {
+		if fs, err := n.Fleet(ctx); err == nil {
+			t := fs.Traffic
+			report("  %s: origin %s, from peers %v, served %s, peer errors %v, fallbacks %d", n.Name, mib(t.OriginBytes),
+				mibMap(t.PeerBytes), mib(t.ServedBytes), nonzero(t.PeerErrors), t.Fallbacks)
+		}
+	}
+}
+
+func mibMap(m map[string]int64) map[string]string {
+	o := map[string]string{}
+	for k, v := range m {
+		o[k] = mib(v)
+	}
+	return o
+}
+
+func nonzero(m map[string]int64) map[string]int64 {
+	o := map[string]int64{}
+	for k, v := range m {
+		if v != 0 {
+			o[k] = v
+		}
+	}
+	return o
+}
+
+func mibs(b []int64) []string {
+	var o []string
+	for _, x := range b {
+		o = append(o, mib(x))
+	}
+	return o
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "?"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if _, v, ok := strings.Cut(l, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "?"
+}
