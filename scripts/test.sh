@@ -16,9 +16,12 @@ cd "$(dirname "$0")/.."
 # python3-numpy (numpy loads .npy files through the mount; cross-checks; the
 # Python package) and python3-pytest (the Python package's tests, run with
 # Debian's /usr/bin/python3), python3-torch (the Python package's DataLoader
-# tests; large: a few minutes the first time).
+# tests; large: a few minutes the first time), iproute2 and curl (the fleet
+# tests' network namespaces, tc shaping and peer-port probes).
 pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || pkgs+=(fuse3)
+{ command -v ip && command -v tc; } >/dev/null 2>&1 || pkgs+=(iproute2)
+command -v curl >/dev/null 2>&1 || pkgs+=(curl)
 /usr/bin/python3 -c 'import numpy' >/dev/null 2>&1 || pkgs+=(python3-numpy)
 /usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || pkgs+=(python3-pytest)
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || pkgs+=(python3-torch)
