@@ -329,7 +329,7 @@ func TestTokenErrors(t *testing.T) {
 	binary.LittleEndian.PutUint32(hdr[4:], 1)
 	binary.LittleEndian.PutUint32(hdr[8:], 5) // 5 tokens, 2 follow
 	e.dir.Put(t, testBucket, "short/a.bin", hdr)
-	idx := megatronIndex([]int32{4}, []int64{0})
+	idx := cachetest.MegatronIndex([]int32{4}, []int64{0})
 	e.dir.Put(t, testBucket, "mt/a.idx", idx)
 	e.dir.Put(t, testBucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
 	for _, tc := range []struct{ prefix, pattern, obj string }{
@@ -347,24 +347,4 @@ func TestTokenErrors(t *testing.T) {
 			t.Errorf("%s: %v; want ErrDataset naming %s", tc.prefix, err, tc.obj)
 		}
 	}
-}
-
-// megatronIndex encodes a uint16 Megatron index of one document per
-// sequence.
-func megatronIndex(lengths []int32, pointers []int64) []byte {
-	b := []byte("MMIDIDX\x00\x00")
-	b = binary.LittleEndian.AppendUint64(b, 1)
-	b = append(b, 8)
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)))
-	b = binary.LittleEndian.AppendUint64(b, uint64(len(lengths)+1))
-	for _, n := range lengths {
-		b = binary.LittleEndian.AppendUint32(b, uint32(n))
-	}
-	for _, p := range pointers {
-		b = binary.LittleEndian.AppendUint64(b, uint64(p))
-	}
-	for i := range len(lengths) + 1 {
-		b = binary.LittleEndian.AppendUint64(b, uint64(i))
-	}
-	return b
 }

@@ -216,16 +216,8 @@ func TestNodeSkip(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.Skip(k)
-		var rest []Sample
-		for {
-			s, ok := e.Next()
-			if !ok {
-				break
-			}
-			rest = append(rest, s)
-		}
-		if !slices.Equal(rest, full[k:]) {
-			t.Errorf("after Skip(%d) read %v; want %v", k, ids(rest), ids(full[k:]))
+		if got := rest(e); !slices.Equal(got, full[k:]) {
+			t.Errorf("after Skip(%d) read %v; want %v", k, ids(got), ids(full[k:]))
 		}
 	}
 }

@@ -245,16 +245,8 @@ func TestSkip(t *testing.T) {
 					t.Errorf("%s Skip(%d): group %d open but not in OpenGroups", mode, k, g)
 				}
 			}
-			var rest []Sample
-			for {
-				s, ok := e.Next()
-				if !ok {
-					break
-				}
-				rest = append(rest, s)
-			}
-			if !slices.Equal(rest, full[k:]) {
-				t.Errorf("%s: after Skip(%d) read %v; want %v", mode, k, ids(rest), ids(full[k:]))
+			if got := rest(e); !slices.Equal(got, full[k:]) {
+				t.Errorf("%s: after Skip(%d) read %v; want %v", mode, k, ids(got), ids(full[k:]))
 			}
 		}
 	}
@@ -329,5 +321,17 @@ func TestFenwick(t *testing.T) {
 		if got := f.find(int64(r)); got != w {
 			t.Errorf("find(%d) = %d; want %d", r, got, w)
 		}
+	}
+}
+
+// rest returns the samples e has left.
+func rest(e *Epoch) []Sample {
+	var out []Sample
+	for {
+		s, ok := e.Next()
+		if !ok {
+			return out
+		}
+		out = append(out, s)
 	}
 }
