@@ -205,6 +205,14 @@ type OpenOption func(*openConfig)
 // openConfig is the per-call configuration of Cache.Open.
 type openConfig struct {
 	revalidate time.Duration // negative: never
+	cachedOnly bool          // a miss is ErrNotCached
+}
+
+// CachedOnly makes one Open serve a cached copy only: where it would
+// download (or confirm a generation with the source) it returns an error
+// matching ErrNotCached instead.
+func CachedOnly() OpenOption {
+	return func(o *openConfig) { o.cachedOnly = true }
 }
 
 // WithRevalidate overrides Config.Revalidate for one Open: the cached

@@ -21,6 +21,9 @@ var (
 	// ErrNoShm means an operation on the shm tier (Promote, PinHot,
 	// Demote) was asked of a cache configured without one.
 	ErrNoShm = errors.New("tier: no shm tier configured")
+	// ErrNotCached is what Open with CachedOnly returns for an object it
+	// would have to download.
+	ErrNotCached = errors.New("tier: not cached")
 )
 
 // LockedError is returned by Open when another process holds the cache

@@ -49,7 +49,7 @@ func (c *Cache) Open(ctx context.Context, o fetch.Object, opts ...OpenOption) (*
 	defer end()
 	for range maxAttempts {
 		var h *Handle
-		h, err = c.openOnce(ctx, o, oc.revalidate)
+		h, err = c.openOnce(ctx, o, oc)
 		var re retryError
 		if !errors.As(err, &re) {
 			return h, err
@@ -76,12 +76,14 @@ type grant struct {
 }
 
 // openOnce is one attempt of Open.
-func (c *Cache) openOnce(ctx context.Context, o fetch.Object, reval time.Duration) (*Handle, error) {
-	g, gen, state := c.lookup(o, reval)
-	switch state {
-	case hit:
+func (c *Cache) openOnce(ctx context.Context, o fetch.Object, oc openConfig) (*Handle, error) {
+	g, gen, state := c.lookup(o, oc.revalidate)
+	switch {
+	case state == hit:
 		return c.newHandle(g)
-	case stale:
+	case oc.cachedOnly:
+		return nil, fmt.Errorf("tier: open %s: %w", o, ErrNotCached)
+	case state == stale:
 		return c.revalidate(ctx, o, gen)
 	}
 	a, err := c.cfg.src.Stat(ctx, o)

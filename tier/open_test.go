@@ -362,3 +362,24 @@ func TestCloseWaitsForFills(t *testing.T) {
 		t.Errorf("files after Close = %q; want none", files)
 	}
 }
+
+// TestOpenCachedOnly serves cached copies and answers ErrNotCached for
+// the rest without downloading.
+func TestOpenCachedOnly(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 4*objSize))
+	o := e.putObjects(t, "a", "b")
+	touch(t, c, o[0])
+	fills := c.Stats().Base().Fills
+	h, err := c.Open(context.Background(), o[0], CachedOnly())
+	if err != nil {
+		t.Fatalf("Open(a, CachedOnly) = %v; want the cached copy", err)
+	}
+	h.Close()
+	if _, err := c.Open(context.Background(), o[1], CachedOnly()); !errors.Is(err, ErrNotCached) {
+		t.Errorf("Open(b, CachedOnly) = %v; want ErrNotCached", err)
+	}
+	if got := c.Stats().Base().Fills; got != fills {
+		t.Errorf("fills went from %d to %d; want no download", fills, got)
+	}
+}

@@ -75,7 +75,11 @@
 // refuses the connection, sends no response within the first-byte
 // timeout, stalls mid-body for [Config].StallTimeout, or answers anything
 // but the exact range of the exact generation is skipped for the next,
-// then the origin. The first-byte timeout is max(FirstByteFloor,
+// then the origin. Only the first candidate (the owner) fills a miss; the
+// ones after it are asked for a copy they hold already ("cached=1", a 404
+// otherwise), so a requester whose owner failed reads the origin itself
+// instead of waiting on another node's whole-object download (which cost
+// the SIGKILL benchmark its 4-6 s stalls). The first-byte timeout is max(FirstByteFloor,
 // FirstByteFactor x estimate) capped at FirstByteMax, where the estimate
 // is the 99th percentile of the last 64 gaps between request, heartbeats
 // and response seen from that peer. A peer that refused, timed out or

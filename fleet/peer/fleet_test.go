@@ -113,6 +113,36 @@ func TestOwnerDown(t *testing.T) {
 	}
 }
 
+// TestSecondOwnerServesOnlyWhatItHolds: with the owner down, the next
+// member serves a copy it holds, and for one it does not the requester
+// reads GCS itself rather than wait on that member's download.
+func TestSecondOwnerServesOnlyWhatItHolds(t *testing.T) {
+	e := newGCSEnv(t)
+	dead := listen(t)
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	lnB := listen(t)
+	b := startNode(t, e, "b", lnB, patient(ownedBy()), nil) // b reads GCS for itself
+	a := startNode(t, e, "a", listen(t), patient(ownedBy(Candidate{Name: "c", Addr: deadAddr},
+		Candidate{Name: "b", Addr: b.addr})), nil)
+	held, missing := emulator.Pattern(4, objSize), emulator.Pattern(5, objSize)
+	oh, om := e.put(t, bucket, "held", held), e.put(t, bucket, "missing", missing)
+	checkBytes(t, "b's own read", read(t, b.cache, oh), held)
+	checkBytes(t, "held", read(t, a.cache, oh), held)
+	if got := a.src.Stats().PeerBytes["b"]; got != objSize {
+		t.Errorf("a read %d bytes of the held object from b; want %d", got, objSize)
+	}
+	checkBytes(t, "missing", read(t, a.cache, om), missing)
+	if _, ok := b.cache.Lookup(bucket, "missing"); ok {
+		t.Error("b filled the object it did not hold for a")
+	}
+	st := a.src.Stats()
+	if st.OriginBytes != objSize || st.PeerErrors["not_found"] != 0 {
+		t.Errorf("a's Stats = %+v; want the missing object from GCS (%d bytes), b's misses not counted as errors",
+			st, objSize)
+	}
+}
+
 // TestGenerationMismatch: a generation GCS no longer has is a 404 from the
 // owner and an error from GCS, never another generation's bytes; a newer
 // generation is served as itself, although the owner holds the older one.

@@ -31,6 +31,11 @@ const (
 type request struct {
 	obj    fetch.Object
 	off, n int64
+	// cached asks for a copy the server holds already ("cached=1"): it
+	// answers 404 rather than filling a miss. Candidates after the owner
+	// are asked this way, so a requester whose owner failed never waits on
+	// another node's download (it reads the origin itself).
+	cached bool
 }
 
 // ObjectKey returns the placement key of object o: ownership is per whole
@@ -47,6 +52,9 @@ func (r request) query() string {
 	v.Set("gen", strconv.FormatInt(r.obj.Generation, 10))
 	v.Set("off", strconv.FormatInt(r.off, 10))
 	v.Set("n", strconv.FormatInt(r.n, 10))
+	if r.cached {
+		v.Set("cached", "1")
+	}
 	return v.Encode()
 }
 
@@ -87,8 +95,20 @@ func parseRequest(raw string) (request, error) {
 	if r.obj.Name, err = get("o"); err != nil {
 		return request{}, err
 	}
-	if len(v) != 5 {
-		return request{}, fmt.Errorf("%w: %d parameters, want b, o, gen, off, n", ErrBadRequest, len(v))
+	want := 5
+	if _, ok := v["cached"]; ok {
+		c, err := get("cached")
+		if err != nil {
+			return request{}, err
+		}
+		if c != "1" {
+			return request{}, fmt.Errorf("%w: cached=%.8q, want 1", ErrBadRequest, c)
+		}
+		r.cached, want = true, 6
+	}
+	if len(v) != want {
+		return request{}, fmt.Errorf("%w: %d parameters, want b, o, gen, off, n and optionally cached", ErrBadRequest,
+			len(v))
 	}
 	if err := r.check(); err != nil {
 		return request{}, err

@@ -14,6 +14,7 @@ func TestRequestRoundTrip(t *testing.T) {
 	for _, r := range []request{
 		{obj: fetch.Object{Bucket: "data", Name: "a b/c+d&e=f?#%", Generation: 1}, off: 0, n: 1},
 		{obj: fetch.Object{Bucket: "my.bucket-1_x", Name: "ünïcode/名前", Generation: 1 << 60}, off: 1 << 39, n: 1 << 39},
+		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3, n: 4, cached: true},
 	} {
 		got, err := parseRequest(r.query())
 		if err != nil || got != r {
@@ -34,6 +35,9 @@ func FuzzParseRequest(f *testing.F) {
 		"b=data&o=x&gen=01&off=0&n=1",
 		"b=data&o=x&gen=1&off=1099511627775&n=1",
 		"b=data&b=data&o=x&gen=1&off=0&n=1",
+		"b=data&o=x&gen=1&off=0&n=1&cached=1",
+		"b=data&o=x&gen=1&off=0&n=1&cached=0",
+		"b=data&o=x&gen=1&off=0&n=1&cached=1&cached=1",
 		"b=data;o=x",
 		"o=%ff&b=data&gen=1&off=0&n=1",
 		"",

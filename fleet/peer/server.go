@@ -153,13 +153,19 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 	if f := s.cfg.Forwarding; f != nil && f.Forwarding(req.obj) {
 		return outcomeLoop, fmt.Errorf("%s is being read from a peer here", req.obj)
 	}
-	h, err := s.open(WithNoForward(r.Context()), w, req.obj)
+	var opts []tier.OpenOption
+	if req.cached {
+		opts = append(opts, tier.CachedOnly())
+	}
+	h, err := s.open(WithNoForward(r.Context()), w, req.obj, opts...)
 	switch {
 	case r.Context().Err() != nil:
 		if err == nil {
 			h.Close()
 		}
 		return outcomeGone, nil // nobody to answer
+	case errors.Is(err, tier.ErrNotCached):
+		return outcomeNotFound, fmt.Errorf("%s: not cached here", req.obj)
 	case errors.Is(err, fetch.ErrNotFound), errors.Is(err, fetch.ErrGenerationChanged):
 		return outcomeNotFound, fmt.Errorf("%s: %w", req.obj, fetch.ErrNotFound)
 	case err != nil:
@@ -178,7 +184,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 // open opens o through the cache, answering 102 Processing every
 // Heartbeat while that waits for a fill. It waits for the goroutine it
 // starts.
-func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object) (*tier.Handle, error) {
+func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error) {
 	type result struct {
 		h   *tier.Handle
 		err error
@@ -187,7 +193,7 @@ func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
-		h, err := s.cfg.Cache.Open(ctx, o)
+		h, err := s.cfg.Cache.Open(ctx, o, opts...)
 		ch <- result{h, err}
 	})
 	t := time.NewTicker(s.cfg.Heartbeat)

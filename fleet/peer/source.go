@@ -189,7 +189,7 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 		return s.fromOrigin(ctx, o, off, n)
 	}
 	tried := 0
-	for _, c := range s.cfg.Owners.Owners(ObjectKey(o)) {
+	for i, c := range s.cfg.Owners.Owners(ObjectKey(o)) {
 		if c.Self || tried == s.cfg.MaxPeers {
 			break
 		}
@@ -198,17 +198,24 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 		if p.cooling(s.now()) {
 			continue
 		}
-		r, cause, err := s.fromPeer(ctx, c, p, request{obj: o, off: off, n: n})
+		// The owner fills a miss; the members after it serve only what
+		// they hold (their fill would be this read's wait, and no fewer
+		// origin bytes than reading it here).
+		req := request{obj: o, off: off, n: n, cached: i > 0}
+		r, cause, err := s.fromPeer(ctx, c, p, req)
 		if err == nil {
 			return r, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("peer %s: read %s: %w", c.Name, o, context.Cause(ctx))
 		}
-		s.errs[cause].Add(1)
 		if cause == CauseNotFound {
+			if !req.cached {
+				s.errs[cause].Add(1)
+			}
 			break // the origin has the last word on a generation
 		}
+		s.errs[cause].Add(1)
 	}
 	if tried > 0 {
 		s.fallbacks.Add(1)
