@@ -384,7 +384,10 @@ func TestFleet(t *testing.T) {
 			t.Errorf("%s: prefetch: %v", late.Name, errs[0])
 		}
 		g2, _, _ := h.GCSBytes(ctx)
-		t.Logf("the newcomer's own prefetch added %.3f·D of GCS bytes (its owned share is read from GCS once)", float64(g2-g1)/float64(h.D()))
+		// A new owner reads what it misses from the member that holds it
+		// (0.16·D from GCS before it did; logged, not asserted: a probe that
+		// times out on a loaded machine falls back to GCS, correctly).
+		t.Logf("the newcomer's own prefetch added %.3f·D of GCS bytes", float64(g2-g1)/float64(h.D()))
 		traffic(t, h)
 		checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i)} })
 	})

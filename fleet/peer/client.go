@@ -21,7 +21,10 @@ import (
 // returns the body as a reader; otherwise why the peer failed (the peer is
 // cooled down for refusals, timeouts and wrong answers).
 func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
-	done := s.forward(req.obj)
+	done := func() {}
+	if !req.cached { // a cached-only read waits on no fill: it cannot be part of a cycle
+		done = s.forward(req.obj)
+	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	r, cause, err := s.ask(rctx, cancel, c, p, req)
 	if err != nil {

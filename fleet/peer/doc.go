@@ -79,7 +79,11 @@
 // ones after it are asked for a copy they hold already ("cached=1", a 404
 // otherwise), so a requester whose owner failed reads the origin itself
 // instead of waiting on another node's whole-object download (which cost
-// the SIGKILL benchmark its 4-6 s stalls). The first-byte timeout is max(FirstByteFloor,
+// the SIGKILL benchmark its 4-6 s stalls). A node about to fill a miss
+// from the origin (an object it owns, or a peer's miss) first asks the
+// best-ranked other member for a copy it holds, so a node that has just
+// become an owner (a join, a departure) reads what it misses from the
+// previous owner instead of GCS. The first-byte timeout is max(FirstByteFloor,
 // FirstByteFactor x estimate) capped at FirstByteMax, where the estimate
 // is the 99th percentile of the last 64 gaps between request, heartbeats
 // and response seen from that peer. A peer that refused, timed out or

@@ -143,6 +143,29 @@ func TestSecondOwnerServesOnlyWhatItHolds(t *testing.T) {
 	}
 }
 
+// TestNewOwnerReadsFromHolder: a node that owns an object (after a
+// membership change) and misses it reads the copy the next member holds
+// instead of GCS; without one it reads GCS, with no peer error counted.
+func TestNewOwnerReadsFromHolder(t *testing.T) {
+	e := newGCSEnv(t)
+	b := startNode(t, e, "b", listen(t), patient(ownedBy()), nil)
+	a := startNode(t, e, "a", listen(t), patient(ownedBy(Candidate{Name: "a", Self: true},
+		Candidate{Name: "b", Addr: b.addr})), nil)
+	held, missing := emulator.Pattern(6, objSize), emulator.Pattern(7, objSize)
+	oh, om := e.put(t, bucket, "held", held), e.put(t, bucket, "missing", missing)
+	checkBytes(t, "b's own read", read(t, b.cache, oh), held)
+	checkBytes(t, "held", read(t, a.cache, oh), held)
+	checkBytes(t, "missing", read(t, a.cache, om), missing)
+	st := a.src.Stats()
+	if st.PeerBytes["b"] != objSize || st.OriginBytes != objSize || st.PeerErrors["not_found"] != 0 {
+		t.Errorf("a's Stats = %+v; want the held object from b and the missing one from GCS (%d bytes each), "+
+			"no error counted", st, objSize)
+	}
+	if _, ok := b.cache.Lookup(bucket, "missing"); ok {
+		t.Error("b filled the object a owns")
+	}
+}
+
 // TestGenerationMismatch: a generation GCS no longer has is a 404 from the
 // owner and an error from GCS, never another generation's bytes; a newer
 // generation is served as itself, although the owner holds the older one.

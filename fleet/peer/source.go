@@ -184,12 +184,21 @@ func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetc
 // of this node's own objects and unpinned (generation 0) reads go to the
 // origin directly.
 func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
-	if n <= 0 || o.Generation <= 0 || NoForward(ctx) || fetch.Reread(ctx) ||
-		(request{obj: o, off: off, n: n}).check() != nil {
+	if n <= 0 || o.Generation <= 0 || fetch.Reread(ctx) || (request{obj: o, off: off, n: n}).check() != nil {
+		return s.fromOrigin(ctx, o, off, n)
+	}
+	cands := s.cfg.Owners.Owners(ObjectKey(o))
+	if NoForward(ctx) || len(cands) == 0 || cands[0].Self {
+		// This node fills o from the origin: a member that holds it
+		// already (the owner before a membership change, say) saves
+		// that read.
+		if r := s.fromHolder(ctx, cands, request{obj: o, off: off, n: n, cached: true}); r != nil {
+			return r, nil
+		}
 		return s.fromOrigin(ctx, o, off, n)
 	}
 	tried := 0
-	for i, c := range s.cfg.Owners.Owners(ObjectKey(o)) {
+	for i, c := range cands {
 		if c.Self || tried == s.cfg.MaxPeers {
 			break
 		}
@@ -227,6 +236,30 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 		}
 	}
 	return s.fromOrigin(ctx, o, off, n)
+}
+
+// fromHolder asks the best-ranked other member that is not cooling down
+// for req (cached only: it never fills or forwards, so no request cycle
+// can form) and returns its reader, or nil if it holds no copy or fails.
+func (s *Source) fromHolder(ctx context.Context, cands []Candidate, req request) io.ReadCloser {
+	for _, c := range cands {
+		if c.Self {
+			continue
+		}
+		p := s.peer(c.Name)
+		if p.cooling(s.now()) {
+			return nil
+		}
+		r, cause, err := s.fromPeer(ctx, c, p, req)
+		if err == nil {
+			return r
+		}
+		if cause != CauseNotFound && ctx.Err() == nil {
+			s.errs[cause].Add(1)
+		}
+		return nil
+	}
+	return nil
 }
 
 // fromOrigin reads the range from the origin, counting its bytes.
@@ -271,7 +304,8 @@ func (s *Source) ownedHere(o fetch.Object) bool {
 
 // Forwarding reports whether this node is reading o from a peer: a
 // Downloader's Local fill of o is running, or a range read of o from a
-// peer is in flight (requested, or its reader not yet closed).
+// peer is in flight (requested, or its reader not yet closed), other than
+// a read of a copy the peer holds (cached=1), which waits on no fill.
 func (s *Source) Forwarding(o fetch.Object) bool {
 	s.fwdMu.Lock()
 	defer s.fwdMu.Unlock()
