@@ -234,7 +234,8 @@ func TestFleet(t *testing.T) {
 	bins(t)
 
 	// Every node prefetches the whole dataset at once: the dataset leaves
-	// GCS about once (N·D without the fleet), every copy is right.
+	// GCS about once (N·D without the fleet), every copy is right; then one
+	// agent is SIGKILLed and restarted on its cache, and re-adopts it.
 	t.Run("AllPrefetch", func(t *testing.T) {
 		h := fleet(t, Config{})
 		took, errs := prefetchAll(t, h, h.Nodes, 60*time.Second)
@@ -254,6 +255,34 @@ func TestFleet(t *testing.T) {
 			t.Errorf("GCS bytes %d > 1.05·D (%d)", sum, d)
 		}
 		checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i)} })
+
+		// SIGKILLed and restarted on its cache, an agent re-adopts it: its
+		// prefetch of the whole dataset downloads nothing.
+		ctx := context.Background()
+		victim := h.Nodes[2]
+		if err := victim.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := victim.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := victim.Prefetch(ctx); err != nil {
+			t.Fatalf("%s: prefetch after restart: %v", victim.Name, err)
+		}
+		after, _, err := h.GCSBytes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := victim.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s restarted: %d objects downloaded, %d GCS bytes (metadata) since", victim.Name, st.Fetch.Objects,
+			after-sum)
+		if st.Fetch.Objects != 0 || float64(after-sum) > 0.01*float64(d) {
+			t.Errorf("%s after a restart downloaded %d objects, %d GCS bytes; want none", victim.Name,
+				st.Fetch.Objects, after-sum)
+		}
 	})
 
 	// SIGKILL one agent mid-read: the others finish, nothing corrupt.
