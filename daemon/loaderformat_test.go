@@ -54,43 +54,25 @@ func wantFormatIDs(t *testing.T, d *Daemon, req control.LoaderRequest) []loader.
 func readSession(t *testing.T, lc *control.LoaderConn, want []loader.BatchIDs,
 	check func(ids []int64, arrays map[string][]byte)) {
 	t.Helper()
-	for i := 0; ; {
-		switch m := recv(t, lc).(type) {
-		case ring.Ready:
-			if i >= len(want) {
-				t.Fatalf("batch %d: more batches than the loader's %d", i, len(want))
-			}
-			_, descs, err := lc.Batch(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			slot := lc.Slot(int(m.Slot))
-			arrays := make(map[string][]byte)
-			for _, dsc := range descs {
-				arrays[lc.Info.Arrays[dsc.Name].Name] = slot[dsc.Offset : dsc.Offset+dsc.NBytes]
-			}
-			ids := make([]int64, m.N)
-			for k := range ids {
-				ids[k] = int64(binary.LittleEndian.Uint64(arrays[idsArray][8*k:]))
-			}
-			if !slices.Equal(ids, want[i].IDs) {
-				t.Fatalf("batch %d: ids %v; want %v", i, ids, want[i].IDs)
-			}
-			check(ids, arrays)
-			i++
-			if err := lc.Release(m); err != nil {
-				t.Fatal(err)
-			}
-		case ring.EpochEnd:
-		case ring.End:
-			if i != len(want) {
-				t.Fatalf("End after %d batches; want %d", i, len(want))
-			}
-			return
-		default:
-			t.Fatalf("unexpected %#v", m)
+	eachBatch(t, lc, len(want), func(i int, m ring.Ready) {
+		_, descs, err := lc.Batch(m)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		slot := lc.Slot(int(m.Slot))
+		arrays := make(map[string][]byte)
+		for _, dsc := range descs {
+			arrays[lc.Info.Arrays[dsc.Name].Name] = slot[dsc.Offset : dsc.Offset+dsc.NBytes]
+		}
+		ids := make([]int64, m.N)
+		for k := range ids {
+			ids[k] = int64(binary.LittleEndian.Uint64(arrays[idsArray][8*k:]))
+		}
+		if !slices.Equal(ids, want[i].IDs) {
+			t.Fatalf("batch %d: ids %v; want %v", i, ids, want[i].IDs)
+		}
+		check(ids, arrays)
+	})
 }
 
 // TestLoaderSessionTokens reads raw uint16 token files as windows: every

@@ -202,3 +202,31 @@ func waitSessions(t *testing.T, c *control.Client, n int, within time.Duration) 
 		<-time.After(10 * time.Millisecond)
 	}
 }
+
+// eachBatch reads a session to its End, passing batch i to fn and then
+// releasing it; it fails the test unless the session has exactly n
+// batches.
+func eachBatch(t *testing.T, lc *control.LoaderConn, n int, fn func(i int, m ring.Ready)) {
+	t.Helper()
+	for i := 0; ; {
+		switch m := recv(t, lc).(type) {
+		case ring.Ready:
+			if i >= n {
+				t.Fatalf("batch %d: more batches than the loader's %d", i, n)
+			}
+			fn(i, m)
+			i++
+			if err := lc.Release(m); err != nil {
+				t.Fatal(err)
+			}
+		case ring.EpochEnd:
+		case ring.End:
+			if i != n {
+				t.Fatalf("End after %d batches; want %d", i, n)
+			}
+			return
+		default:
+			t.Fatalf("unexpected %#v", m)
+		}
+	}
+}

@@ -401,27 +401,12 @@ func TestLoaderSessionNodeShuffle(t *testing.T) {
 	if lc.Info.BatchesPerEpoch != len(want) {
 		t.Fatalf("%d batches per epoch; want %d", lc.Info.BatchesPerEpoch, len(want))
 	}
-	for i := 0; ; {
-		switch m := recv(t, lc).(type) {
-		case ring.Ready:
-			checkBatch(t, lc, m, want[i])
-			for _, id := range want[i].IDs {
-				if !slices.ContainsFunc(parts[1], func(g int) bool { return id >= off[g] && id < off[g+1] }) {
-					t.Errorf("sample %d is not of node 1's shards %v", id, parts[1])
-				}
+	eachBatch(t, lc, len(want), func(i int, m ring.Ready) {
+		checkBatch(t, lc, m, want[i])
+		for _, id := range want[i].IDs {
+			if !slices.ContainsFunc(parts[1], func(g int) bool { return id >= off[g] && id < off[g+1] }) {
+				t.Errorf("sample %d is not of node 1's shards %v", id, parts[1])
 			}
-			i++
-			if err := lc.Release(m); err != nil {
-				t.Fatal(err)
-			}
-		case ring.EpochEnd:
-		case ring.End:
-			if i != len(want) {
-				t.Fatalf("End after %d batches; want %d", i, len(want))
-			}
-			return
-		default:
-			t.Fatalf("unexpected %#v", m)
 		}
-	}
+	})
 }

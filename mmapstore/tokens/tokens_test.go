@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unsafe"
@@ -95,7 +96,7 @@ func checkDir(t *testing.T, dir string) {
 			if err := a.Validate(); err != nil {
 				t.Fatal(err)
 			}
-			if got := values(t, a); len(got)+len(e.Tokens) > 0 && !equal(got, e.Tokens) {
+			if got := values(t, a); len(got)+len(e.Tokens) > 0 && !slices.Equal(got, e.Tokens) {
 				t.Errorf("tokens = %v; want %v", got, e.Tokens)
 			}
 			if n := f.NumTokens(); n >= 3 {
@@ -103,7 +104,7 @@ func checkDir(t *testing.T, dir string) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := values(t, s); !equal(got, e.Tokens[1:3]) || s.Offset != e.Offset+int64(f.DType.Size()) {
+				if got := values(t, s); !slices.Equal(got, e.Tokens[1:3]) || s.Offset != e.Offset+int64(f.DType.Size()) {
 					t.Errorf("Slice(1, 3) = %v at %d", got, s.Offset)
 				}
 				bs, _ := f.Bytes(n-1, n)
@@ -113,18 +114,6 @@ func checkDir(t *testing.T, dir string) {
 			}
 		})
 	}
-}
-
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestCommittedFiles reads the files write_tokens.py wrote into testdata.
