@@ -71,6 +71,12 @@ type Config struct {
 	// earlier reads disagree on (see checkunits.go). Rounds after the first
 	// wait a backoff like a range retry. 1 disables re-reads. Default 4.
 	ChecksumAttempts int
+	// NoSplit keeps idle connections from splitting ranges in flight (see
+	// steal.go). A split stops the range's reader early, and the bytes
+	// the source had sent past the split point by then are read from it
+	// again: with many ranges in flight at once (a fleet owner filling
+	// its peers' chunks), splits buy no parallelism and cost that.
+	NoSplit bool
 }
 
 // withDefaults validates c and fills in its zero fields.

@@ -37,7 +37,7 @@ func TestNewDownloaderConfig(t *testing.T) {
 	}
 	dl := newDownloader(t, d, Config{})
 	want := Config{DefaultSliceSize, DefaultConnections, DefaultMaxAttempts,
-		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout, DefaultSmallObjectSize, 0, DefaultChecksumAttempts}
+		DefaultBackoffInitial, DefaultBackoffMax, DefaultStallTimeout, DefaultSmallObjectSize, 0, DefaultChecksumAttempts, false}
 	if dl.cfg != want {
 		t.Errorf("defaults = %+v; want %+v", dl.cfg, want)
 	}

@@ -84,7 +84,7 @@ func (d *Downloader) untrack(s *slice) {
 // the new range's. Otherwise it reports false and the caller releases the
 // slot. It scans every range in flight: at most the connection budget.
 func (d *Downloader) steal() bool {
-	if !d.sem.idle() {
+	if d.cfg.NoSplit || !d.sem.idle() {
 		return false
 	}
 	ttfb := time.Duration(d.ttfb.Load())

@@ -19,6 +19,7 @@ type stealEnv struct {
 	bigData    []byte
 	smallData  []byte
 	ranges     *recorder[string]
+	endpoint   string // the emulator's
 }
 
 func newStealEnv(t *testing.T, conns int, plan emulator.FaultPlan) *stealEnv {
@@ -28,6 +29,7 @@ func newStealEnv(t *testing.T, conns int, plan emulator.FaultPlan) *stealEnv {
 		Shape:  emulator.Shape{FirstByte: 5 * time.Millisecond, BytesPerSec: 50e6},
 		Faults: rangeLog(plan, e.ranges)})
 	g := newTestGCS(t, s.Endpoint())
+	e.endpoint = s.Endpoint()
 	e.bigData, e.smallData = emulator.Pattern(1, 24<<20+12345), emulator.Pattern(2, 256<<10)
 	e.big = withCRC(putObject(t, s, g, "bkt", "big", e.bigData), e.bigData)
 	e.small = withCRC(putObject(t, s, g, "bkt", "small", e.smallData), e.smallData)
@@ -130,6 +132,24 @@ func TestSpreadOneObject(t *testing.T) {
 	checkNoFetchGoroutines(t)
 	if st := e.d.Stats(); st.Splits < 2 || st.ConnsInUse != 0 {
 		t.Errorf("stats %+v: want the object split over the idle connections; ranges %q", st, e.ranges.all())
+	}
+}
+
+// With NoSplit, idle connections stay idle: the object is read as the
+// one range it was asked as.
+func TestNoSplit(t *testing.T) {
+	e := newStealEnv(t, 4, nil)
+	cfg := fastConfig()
+	cfg.SliceSize, cfg.Connections, cfg.SmallObjectSize, cfg.NoSplit = 64<<20, 4, NoSmallLane, true
+	g := newTestGCS(t, e.endpoint)
+	d := newDownloader(t, g, cfg)
+	got, err := fetchFile(t, d, e.big, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkBytes(t, "big", got, e.bigData)
+	if st := d.Stats(); st.Splits != 0 || st.Ranges != 1 {
+		t.Errorf("stats %+v: want one range, no split; ranges %q", st, e.ranges.all())
 	}
 }
 
