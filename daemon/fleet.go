@@ -8,9 +8,7 @@ import (
 	"strings"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
-	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -54,15 +52,11 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	p.owners.f.Store(f)
 	// The disk tier keeps what this node owns first; ownership moves with
 	// every membership change.
-	owns := func(o fetch.Object) bool {
-		ms := f.Owners(peer.ObjectKey(o), 1)
-		return len(ms) == 1 && ms[0].Name == f.Name()
-	}
-	d.cache.SetOwnership(owns)
+	d.cache.SetOwnership(p.src.Keeps)
 	changes, _ := f.Subscribe() // closed when the fleet closes
 	d.servers.Go(func() {
 		for range changes {
-			d.cache.SetOwnership(owns)
+			d.cache.SetOwnership(p.src.Keeps)
 		}
 	})
 	d.servers.Go(func() {

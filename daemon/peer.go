@@ -60,6 +60,15 @@ func newPeerPlane(gcs fetch.Source, fc *fleet.Config, fcfg fetch.Config) (*peerP
 		return nil, fmt.Errorf("daemon: fleet: %w", err)
 	}
 	p.src = src
+	// A slice never spans chunks, so a chunked object's slices go to their
+	// chunks' owners side by side; and they are not split in flight: the
+	// chunks of a large object are read in parallel already, and a split
+	// would pay again for the bytes in flight past its point (GCS egress,
+	// or an owner's uplink).
+	if fcfg.SliceSize == 0 || fcfg.SliceSize > placement.DefaultChunkSize {
+		fcfg.SliceSize = placement.DefaultChunkSize
+	}
+	fcfg.NoSplit = true
 	if p.local, err = fetch.NewDownloader(src, fcfg); err == nil {
 		if p.owner, err = fetch.NewDownloader(src, fcfg); err == nil {
 			p.dl, err = peer.NewDownloader(src, p.local, p.owner)
@@ -90,6 +99,7 @@ func (p *peerPlane) server(cache *tier.Cache, buckets []string, log *slog.Logger
 	if err != nil {
 		return fmt.Errorf("daemon: fleet: %w", err)
 	}
+	p.src.SetCache(cache) // the chunks this node owns are kept there
 	p.srv = srv
 	p.http = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/metrics"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
@@ -196,12 +197,16 @@ func ListObjects(ctx context.Context, src fetch.Source, cache *tier.Cache, bucke
 	return control.ListResult{Objects: rows}, nil
 }
 
-// cachedOnly lists cache entries as objects.
+// cachedOnly lists cache entries as objects, leaving out the chunk copies
+// a fleet node keeps for its peers.
 func cachedOnly(entries []tier.Entry, warning string) control.ListResult {
-	rows := make([]control.Object, len(entries))
-	for i, e := range entries {
-		rows[i] = control.Object{Name: e.Attrs.Name, Generation: e.Attrs.Generation, Size: e.Attrs.Size,
-			Tier: string(e.Tier), Pinned: e.Pinned}
+	rows := make([]control.Object, 0, len(entries))
+	for _, e := range entries {
+		if peer.IsChunk(e.Attrs.Name) {
+			continue
+		}
+		rows = append(rows, control.Object{Name: e.Attrs.Name, Generation: e.Attrs.Generation, Size: e.Attrs.Size,
+			Tier: string(e.Tier), Pinned: e.Pinned})
 	}
 	return control.ListResult{Objects: rows, Warning: warning}
 }

@@ -10,12 +10,13 @@ const ownScan = 4096
 // ownership is what the cache owns for its fleet: the copies it keeps
 // first. Guarded by Cache.mu.
 type ownership struct {
-	owns func(fetch.Object) bool // nil: no preference
-	ver  uint32                  // bumped by each SetOwnership; entries cache their answer by it
+	owns func(fetch.Attrs) bool // nil: no preference
+	ver  uint32                 // bumped by each SetOwnership; entries cache their answer by it
 }
 
 // SetOwnership tells the cache which objects it owns for a fleet: owns
-// reports whether an object (at its generation) is this node's to keep.
+// reports whether a copy (an object at its generation, with its size) is
+// this node's to keep.
 // Eviction then takes the copies it does not own (held for its own
 // readers) before the ones it owns, least recently used first within each
 // kind; while plans are announced, among copies no plan needs again. Call
@@ -23,7 +24,7 @@ type ownership struct {
 // copy's answer is cached until then. owns runs holding the cache's lock,
 // so it must be quick and must not call the cache; nil removes the
 // preference.
-func (c *Cache) SetOwnership(owns func(fetch.Object) bool) {
+func (c *Cache) SetOwnership(owns func(fetch.Attrs) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := &c.base.own
@@ -41,7 +42,7 @@ func (o *ownership) keepLocked(e *entry) bool {
 		return false
 	}
 	if e.ownVer != o.ver {
-		e.owned, e.ownVer = o.owns(e.attrs().Object), o.ver
+		e.owned, e.ownVer = o.owns(e.attrs()), o.ver
 	}
 	return e.owned
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // ownsPrefix is an ownership that owns the objects under "own/".
-func ownsPrefix(o fetch.Object) bool { return strings.HasPrefix(o.Name, "own/") }
+func ownsPrefix(a fetch.Attrs) bool { return strings.HasPrefix(a.Name, "own/") }
 
 // TestOwnershipEvictsUnownedFirst fills a cache of three objects with two
 // owned and one unowned copy, the owned ones least recently used: new
@@ -58,7 +58,7 @@ func TestOwnershipWithPlans(t *testing.T) {
 	if got := residents(c, "own/a", "x", "p", "q"); !got["own/a"] || got["x"] || !got["p"] || !got["q"] {
 		t.Errorf("cached %v; want x evicted: unplanned and not owned", got)
 	}
-	c.SetOwnership(func(o fetch.Object) bool { return o.Name == "q" }) // ownership moved
+	c.SetOwnership(func(a fetch.Attrs) bool { return a.Name == "q" }) // ownership moved
 	touch(t, c, o[1])
 	if got := residents(c, "own/a", "x", "p", "q"); got["own/a"] || !got["x"] || !got["p"] || !got["q"] {
 		t.Errorf("after ownership moved: cached %v; want own/a evicted (no longer owned)", got)

@@ -22,7 +22,9 @@ import (
 // cooled down for refusals, timeouts and wrong answers).
 func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
 	done := func() {}
-	if !req.cached { // a cached-only read waits on no fill: it cannot be part of a cycle
+	// A cached-only read waits on no fill, and a chunk's owner fills it
+	// from the origin: neither can be part of a cycle.
+	if !req.cached && !req.chunked {
 		done = s.forward(req.obj)
 	}
 	rctx, cancel := context.WithCancelCause(ctx)

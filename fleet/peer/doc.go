@@ -14,13 +14,30 @@
 //
 // # Ownership
 //
-// Ownership is per whole object: the placement key of an object is
-// (bucket, name, generation, chunk 0), see [ObjectKey], because the tier
-// stores and fills whole objects, so an owner holds all of an object or
-// none of it. Owning chunks (placement.DefaultChunkSize stripes), so that
-// one hot object spreads over every node's uplink, is future work for the
-// fleet's hot-spot goal; the request already carries any byte range, so
-// chunked ownership changes the key, not the protocol.
+// An object of at most one chunk (Config.ChunkSize, 8 MiB by default) is
+// owned whole: its placement key is chunk 0 of the object at its
+// generation ([ObjectKey]), and its owner serves it from its whole copy.
+// A larger object is owned chunk by chunk (placement.Key with the chunk
+// index), so one hot object spreads over every node's GCS link and uplink
+// instead of one owner's. The tier stores whole objects, so a chunk's
+// owner keeps the chunk as an object of its own: a chunk copy, cached
+// under the object's name followed by NUL, "chunk " and the index (no GCS
+// name holds a NUL, so these never meet a real object; listings leave
+// them out, see [IsChunk]). The Source's Stat of a chunk copy returns the
+// chunk's length from the origin's attributes of the object (remembered
+// per generation) and no CRC32C: GCS has none for a range, and the
+// readers check the object they assemble whole.
+//
+// A node filling a whole copy of a chunked object (a fetch.Downloader
+// slice never spans chunks: the daemon sets SliceSize to the chunk size)
+// reads each chunk from the chunk's owners, and the chunks it owns from
+// its own chunk copies, filled from GCS on a miss; a node with no other
+// member reads GCS directly (a chunk copy would serve no one). A whole
+// copy of a chunked object is held for the node's own readers and is
+// evicted before owned copies ([Source.Keeps]); what the fleet keeps are
+// the owners' chunk copies. An owner's own chunks are thus on its disk
+// twice while it also holds the whole copy: the price of a tier that
+// stores whole objects.
 //
 // # Protocol
 //
@@ -40,6 +57,12 @@
 // object to a peer (see Loops), 416 for a range past the end of the
 // object, 503 while the replay cache is full, 502 for any other failure
 // to fill.
+//
+// A chunk request ("chunk=I", the range within chunk I of the object) is
+// answered from a whole copy the server holds, else from its chunk copy,
+// filled from GCS unless cached=1; it is never answered by filling the
+// whole object, and a chunk's fill never waits on a peer, so chunk
+// requests need no loop check (see Loops).
 //
 // There is no per-response CRC32C: computing it means reading the bytes
 // before sending them, which gives up sendfile, and it would be the peer's
@@ -151,6 +174,6 @@
 // fetch.Downloader does not take a long fill for a stall. The wait is
 // still bounded: the owner's own Downloader aborts a fill that stalls, and
 // the requester then gets a 502 and goes to the next candidate or GCS.
-// While the owner fills a large object whole, its requesters get no bytes;
-// chunked ownership would let them start sooner.
+// While the owner fills an object (or a chunk) its requesters get no
+// bytes; with chunks, that wait is one chunk's.
 package peer

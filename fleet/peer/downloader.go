@@ -51,10 +51,10 @@ func NewDownloader(src *Source, local, owner Fetcher) (*Downloader, error) {
 
 // Fetch fills dst with a through the owner or the local budget.
 func (d *Downloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
-	if NoForward(ctx) || d.src.ownedHere(a.Object) {
+	if NoForward(ctx) || d.src.ownedHere(a) {
 		return d.owner.Fetch(WithNoForward(ctx), a, dst, u)
 	}
 	done := d.src.forward(a.Object)
 	defer done()
-	return d.local.Fetch(ctx, a, dst, u)
+	return d.local.Fetch(withSize(ctx, a.Size), a, dst, u)
 }

@@ -110,7 +110,8 @@ func startNode(t *testing.T, e *gcsEnv, name string, ln net.Listener, cfg Config
 		t.Fatal(err)
 	}
 	c := cachetest.Cache(t, src, dl, tier.Config{})
-	sc := ServerConfig{Key: testKey, Cache: c, Buckets: []string{bucket}, Forwarding: src}
+	src.SetCache(c)
+	sc := ServerConfig{Key: testKey, Cache: c, Buckets: []string{bucket}, Forwarding: src, ChunkSize: cfg.ChunkSize}
 	if scfg != nil {
 		scfg(&sc)
 	}
@@ -133,9 +134,15 @@ func serve(t *testing.T, ln net.Listener, h http.Handler) {
 	})
 }
 
-// fleet starts n nodes named n0, n1, … owning objects by a placement table
-// of equal weights (TableOwners, 2 candidates).
+// fleet starts n nodes named a-node, b-node, … owning objects by a
+// placement table of equal weights (TableOwners, 2 candidates).
 func fleet(t *testing.T, e *gcsEnv, n int) ([]*node, *placement.Table) {
+	t.Helper()
+	return chunkedFleet(t, e, n, 0)
+}
+
+// chunkedFleet is fleet with chunk size cs (0: the default).
+func chunkedFleet(t *testing.T, e *gcsEnv, n int, cs int64) ([]*node, *placement.Table) {
 	t.Helper()
 	var members []placement.Member
 	lns := make([]net.Listener, n)
@@ -152,7 +159,9 @@ func fleet(t *testing.T, e *gcsEnv, n int) ([]*node, *placement.Table) {
 	}
 	nodes := make([]*node, n)
 	for i, m := range members {
-		nodes[i] = startNode(t, e, m.Name, lns[i], patient(TableOwners(table, m.Name, addrs, 2)), nil)
+		cfg := patient(TableOwners(table, m.Name, addrs, 2))
+		cfg.ChunkSize = cs
+		nodes[i] = startNode(t, e, m.Name, lns[i], cfg, nil)
 	}
 	return nodes, table
 }

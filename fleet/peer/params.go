@@ -36,12 +36,27 @@ type request struct {
 	// are asked this way, so a requester whose owner failed never waits on
 	// another node's download (it reads the origin itself).
 	cached bool
+	// chunked asks for bytes of chunk chunk of an object placed chunk by
+	// chunk ("chunk=I"): the range lies within that chunk, and the server
+	// serves it from a whole copy it holds or from its copy of the chunk,
+	// never filling the whole object.
+	chunked bool
+	chunk   int
 }
 
-// ObjectKey returns the placement key of object o: ownership is per whole
-// object, so the key is (bucket, name, generation, chunk 0).
+// ObjectKey returns the placement key of object o as a whole: chunk 0, the
+// key of every object of at most one chunk.
 func ObjectKey(o fetch.Object) placement.Key {
 	return placement.Key{Bucket: o.Bucket, Object: o.Name, Generation: o.Generation}
+}
+
+// key returns the placement key r is routed by.
+func (r request) key() placement.Key {
+	k := ObjectKey(r.obj)
+	if r.chunked {
+		k.Chunk = r.chunk
+	}
+	return k
 }
 
 // query encodes r as the endpoint's query string.
@@ -54,6 +69,9 @@ func (r request) query() string {
 	v.Set("n", strconv.FormatInt(r.n, 10))
 	if r.cached {
 		v.Set("cached", "1")
+	}
+	if r.chunked {
+		v.Set("chunk", strconv.Itoa(r.chunk))
 	}
 	return v.Encode()
 }
@@ -95,7 +113,7 @@ func parseRequest(raw string) (request, error) {
 	if r.obj.Name, err = get("o"); err != nil {
 		return request{}, err
 	}
-	want := 5
+	want := 5 // b, o, gen, off, n
 	if _, ok := v["cached"]; ok {
 		c, err := get("cached")
 		if err != nil {
@@ -104,11 +122,24 @@ func parseRequest(raw string) (request, error) {
 		if c != "1" {
 			return request{}, fmt.Errorf("%w: cached=%.8q, want 1", ErrBadRequest, c)
 		}
-		r.cached, want = true, 6
+		r.cached = true
+		want++
+	}
+	if _, ok := v["chunk"]; ok {
+		c, err := get("chunk")
+		if err != nil {
+			return request{}, err
+		}
+		i, err := parseUint(c)
+		if err != nil || i > maxRange {
+			return request{}, fmt.Errorf("%w: chunk %.24q", ErrBadRequest, c)
+		}
+		r.chunked, r.chunk = true, int(i)
+		want++
 	}
 	if len(v) != want {
-		return request{}, fmt.Errorf("%w: %d parameters, want b, o, gen, off, n and optionally cached", ErrBadRequest,
-			len(v))
+		return request{}, fmt.Errorf("%w: %d parameters, want b, o, gen, off, n and optionally cached and chunk",
+			ErrBadRequest, len(v))
 	}
 	if err := r.check(); err != nil {
 		return request{}, err

@@ -15,6 +15,8 @@ func TestRequestRoundTrip(t *testing.T) {
 		{obj: fetch.Object{Bucket: "data", Name: "a b/c+d&e=f?#%", Generation: 1}, off: 0, n: 1},
 		{obj: fetch.Object{Bucket: "my.bucket-1_x", Name: "ünïcode/名前", Generation: 1 << 60}, off: 1 << 39, n: 1 << 39},
 		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3, n: 4, cached: true},
+		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3 << 23, n: 4, chunked: true, chunk: 3},
+		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 0, n: 4, cached: true, chunked: true},
 	} {
 		got, err := parseRequest(r.query())
 		if err != nil || got != r {
@@ -38,6 +40,11 @@ func FuzzParseRequest(f *testing.F) {
 		"b=data&o=x&gen=1&off=0&n=1&cached=1",
 		"b=data&o=x&gen=1&off=0&n=1&cached=0",
 		"b=data&o=x&gen=1&off=0&n=1&cached=1&cached=1",
+		"b=data&o=x&gen=1&off=0&n=1&chunk=0",
+		"b=data&o=x&gen=1&off=8388608&n=1&chunk=1&cached=1",
+		"b=data&o=x&gen=1&off=0&n=1&chunk=01",
+		"b=data&o=x&gen=1&off=0&n=1&chunk=-1",
+		"b=data&o=x&gen=1&off=0&n=1&chunk=1&chunk=1",
 		"b=data;o=x",
 		"o=%ff&b=data&gen=1&off=0&n=1",
 		"",

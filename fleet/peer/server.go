@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -52,6 +53,10 @@ type ServerConfig struct {
 	// filled; keep it well under the requesters' FirstByteFloor. Default
 	// 250ms.
 	Heartbeat time.Duration
+	// ChunkSize is the fleet's chunk size (Config.ChunkSize): a chunk
+	// request's range must lie within its chunk. Default
+	// placement.DefaultChunkSize.
+	ChunkSize int64
 	// Forwarding, if set, is this node's Source: a request for an object
 	// it is reading from a peer gets 409 (see the package doc, Loops).
 	Forwarding Forwarder
@@ -92,9 +97,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Cache == nil {
 		return nil, fmt.Errorf("%w: nil Cache", ErrConfig)
 	}
-	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 {
-		return nil, fmt.Errorf("%w: negative MaxSkew or Heartbeat", ErrConfig)
+	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 || cfg.ChunkSize < 0 {
+		return nil, fmt.Errorf("%w: negative MaxSkew, Heartbeat or ChunkSize", ErrConfig)
 	}
+	setDefault(&cfg.ChunkSize, placement.DefaultChunkSize)
 	if cfg.MaxSkew == 0 {
 		cfg.MaxSkew = DefaultMaxSkew
 	}
@@ -150,6 +156,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 	if !s.buckets[req.obj.Bucket] {
 		return outcomeForbidden, fmt.Errorf("bucket %q is not served", req.obj.Bucket)
 	}
+	if req.chunked {
+		return s.serveChunk(w, r, req)
+	}
 	if f := s.cfg.Forwarding; f != nil && f.Forwarding(req.obj) {
 		return outcomeLoop, fmt.Errorf("%s is being read from a peer here", req.obj)
 	}
@@ -157,28 +166,76 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 	if req.cached {
 		opts = append(opts, tier.CachedOnly())
 	}
-	h, err := s.open(WithNoForward(r.Context()), w, req.obj, opts...)
+	h, out, err := s.openFor(w, r, req.obj, opts...)
+	if h == nil {
+		return out, err
+	}
+	defer h.Close()
+	return s.sendRange(w, h, req, 0)
+}
+
+// serveChunk answers a chunk request: from a whole copy of the object
+// held here, else from this node's copy of the chunk, filled from the
+// origin on a miss unless the request is cached-only. It never fills the
+// whole object, and the fill never waits on a peer's, so no loop check is
+// needed.
+func (s *Server) serveChunk(w http.ResponseWriter, r *http.Request, req request) (outcome, error) {
+	cs := s.cfg.ChunkSize
+	start := int64(req.chunk) * cs
+	if req.off < start || req.off-start > cs || req.n > cs-(req.off-start) {
+		return outcomeBadRequest, fmt.Errorf("%w: range %d+%d is not within chunk %d of %d bytes", ErrBadRequest,
+			req.off, req.n, req.chunk, cs)
+	}
+	if h, err := s.cfg.Cache.Open(r.Context(), req.obj, tier.CachedOnly()); err == nil {
+		defer h.Close()
+		if h.Attrs().Generation == req.obj.Generation {
+			return s.sendRange(w, h, req, 0)
+		}
+	}
+	var opts []tier.OpenOption
+	if req.cached {
+		opts = append(opts, tier.CachedOnly())
+	}
+	h, out, err := s.openFor(w, r, chunkObject(req.obj, req.chunk), opts...)
+	if h == nil {
+		return out, err
+	}
+	defer h.Close()
+	return s.sendRange(w, h, req, start)
+}
+
+// openFor opens o for a peer's request, filling a miss on a context marked
+// WithNoForward. It returns the handle, or nil and the request's outcome.
+func (s *Server) openFor(w http.ResponseWriter, r *http.Request, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, outcome, error) {
+	h, err := s.open(WithNoForward(r.Context()), w, o, opts...)
 	switch {
 	case r.Context().Err() != nil:
 		if err == nil {
 			h.Close()
 		}
-		return outcomeGone, nil // nobody to answer
+		return nil, outcomeGone, nil // nobody to answer
 	case errors.Is(err, tier.ErrNotCached):
-		return outcomeNotFound, fmt.Errorf("%s: not cached here", req.obj)
+		return nil, outcomeNotFound, fmt.Errorf("%s: not cached here", o)
 	case errors.Is(err, fetch.ErrNotFound), errors.Is(err, fetch.ErrGenerationChanged):
-		return outcomeNotFound, fmt.Errorf("%s: %w", req.obj, fetch.ErrNotFound)
+		return nil, outcomeNotFound, fmt.Errorf("%s: %w", o, fetch.ErrNotFound)
 	case err != nil:
-		s.log.Warn("peer: fill for a peer failed", "object", req.obj.String(), "err", err)
-		return outcomeError, fmt.Errorf("open %s: %w", req.obj, err)
+		s.log.Warn("peer: fill for a peer failed", "object", o.String(), "err", err)
+		return nil, outcomeError, fmt.Errorf("open %s: %w", o, err)
 	}
-	defer h.Close()
+	return h, 0, nil
+}
+
+// sendRange checks that h, a copy of req's object (or of its chunk that
+// starts at byte base of the object), has req's generation and range, and
+// sends the range.
+func (s *Server) sendRange(w http.ResponseWriter, h *tier.Handle, req request, base int64) (outcome, error) {
+	off := req.off - base
 	if a := h.Attrs(); a.Generation != req.obj.Generation {
 		return outcomeNotFound, fmt.Errorf("%s: cache holds generation %d", req.obj, a.Generation)
-	} else if req.off > a.Size || req.n > a.Size-req.off {
-		return outcomeRange, fmt.Errorf("range %d+%d past the end of %s (%d bytes)", req.off, req.n, req.obj, a.Size)
+	} else if off > a.Size || req.n > a.Size-off {
+		return outcomeRange, fmt.Errorf("range %d+%d past the end of %s (%d bytes)", req.off, req.n, req.obj, base+a.Size)
 	}
-	return s.send(w, h, req)
+	return s.send(w, h, req, off)
 }
 
 // open opens o through the cache, answering 102 Processing every
@@ -208,8 +265,8 @@ func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object
 	}
 }
 
-// send writes the 200 answer: req's bytes from h's file.
-func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request) (outcome, error) {
+// send writes the 200 answer: req's bytes, from offset off of h's file.
+func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request, off int64) (outcome, error) {
 	// A second descriptor on the handle's file (kept from eviction by h),
 	// so the response writer can sendfile from it.
 	f, err := os.Open(h.Path())
@@ -217,7 +274,7 @@ func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request) (outco
 		return outcomeError, fmt.Errorf("open cached %s: %w", req.obj, err)
 	}
 	defer f.Close()
-	if _, err := f.Seek(req.off, io.SeekStart); err != nil {
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return outcomeError, fmt.Errorf("seek cached %s: %w", req.obj, err)
 	}
 	hd := w.Header()

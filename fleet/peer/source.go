@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet/placement"
 )
 
 // Defaults for the zero fields of Config.
@@ -62,6 +63,11 @@ type Config struct {
 	// second and bucket size. Defaults 50 and 100.
 	FallbackRate  float64
 	FallbackBurst int
+	// ChunkSize is the unit of placement of large objects: an object of
+	// more than ChunkSize bytes is placed chunk by chunk (see the package
+	// doc, Ownership). Every member of a fleet must use the same value.
+	// Default placement.DefaultChunkSize (8 MiB).
+	ChunkSize int64
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -73,7 +79,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: nil Owners", ErrConfig)
 	}
 	if c.MaxPeers < 0 || c.ConnectTimeout < 0 || c.FirstByteFloor < 0 || c.FirstByteFactor < 0 ||
-		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 {
+		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 ||
+		c.ChunkSize < 0 {
 		return c, fmt.Errorf("%w: negative value", ErrConfig)
 	}
 	c.Key = slices.Clone(c.Key)
@@ -86,6 +93,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.CoolDown, DefaultCoolDown)
 	setDefault(&c.FallbackRate, DefaultFallbackRate)
 	setDefault(&c.FallbackBurst, DefaultFallbackBurst)
+	setDefault(&c.ChunkSize, placement.DefaultChunkSize)
 	if c.FirstByteMax < c.FirstByteFloor {
 		return c, fmt.Errorf("%w: FirstByteMax %v < FirstByteFloor %v", ErrConfig, c.FirstByteMax, c.FirstByteFloor)
 	}
@@ -111,6 +119,11 @@ type Source struct {
 	client    *http.Client
 	limiter   *rate.Limiter
 	now       func() time.Time // the clock for signing and cool-downs
+
+	// cache is this node's cache, where the chunks it owns are kept (nil
+	// until SetCache: those reads go to the origin meanwhile).
+	cache atomic.Pointer[Cache]
+	attrs attrsCache
 
 	peersMu sync.Mutex
 	peers   map[string]*peerState // by member name; guarded by peersMu
@@ -161,6 +174,12 @@ func New(origin fetch.Source, cfg Config) (*Source, error) {
 // never redirects, and one that does answers wrongly.
 func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
+// SetCache tells the Source the cache this node keeps its chunks in: the
+// one its Downloader fills (created after the Source, which it reads
+// through). Until it is called, this node's own chunks are read from the
+// origin.
+func (s *Source) SetCache(c Cache) { s.cache.Store(&c) }
+
 // Close closes the Source's idle connections to peers. Readers still open
 // keep working.
 func (s *Source) Close() error {
@@ -168,8 +187,12 @@ func (s *Source) Close() error {
 	return nil
 }
 
-// Stat returns the origin's attributes of o.
+// Stat returns the origin's attributes of o, or those of a chunk for a
+// chunk copy's name (see the package doc, Ownership).
 func (s *Source) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) {
+	if whole, i, ok := parseChunk(o); ok {
+		return s.chunkAttrs(ctx, o, whole, i)
+	}
 	return s.origin.Stat(ctx, o)
 }
 
@@ -180,23 +203,40 @@ func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetc
 
 // NewRangeReader reads n bytes at off of exactly generation o.Generation:
 // from the object's owners, up to Config.MaxPeers of them, then from the
-// origin. Reads on a context marked WithNoForward or fetch.Reread, reads
-// of this node's own objects and unpinned (generation 0) reads go to the
-// origin directly.
+// origin; for a chunked object (one a Downloader reads, of more than
+// Config.ChunkSize bytes), from each chunk's owners. Reads on a context
+// marked WithNoForward or fetch.Reread, reads of this node's own objects
+// and unpinned (generation 0) reads go to the origin directly.
 func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
-	if n <= 0 || o.Generation <= 0 || fetch.Reread(ctx) || (request{obj: o, off: off, n: n}).check() != nil {
+	if whole, i, ok := parseChunk(o); ok {
+		return s.readChunkFill(ctx, whole, i, off, n)
+	}
+	req := request{obj: o, off: off, n: n}
+	if n <= 0 || o.Generation <= 0 || fetch.Reread(ctx) || req.check() != nil {
 		return s.fromOrigin(ctx, o, off, n)
+	}
+	if size, ok := sizeOf(ctx); ok && s.chunked(size) && !NoForward(ctx) {
+		return s.readChunked(ctx, o, size, off, n)
 	}
 	cands := s.cfg.Owners.Owners(ObjectKey(o))
 	if NoForward(ctx) || len(cands) == 0 || cands[0].Self {
 		// This node fills o from the origin: a member that holds it
 		// already (the owner before a membership change, say) saves
 		// that read.
-		if r := s.fromHolder(ctx, cands, request{obj: o, off: off, n: n, cached: true}); r != nil {
+		req.cached = true
+		if r := s.fromHolder(ctx, cands, req); r != nil {
 			return r, nil
 		}
 		return s.fromOrigin(ctx, o, off, n)
 	}
+	return s.fromOwners(ctx, cands, req)
+}
+
+// fromOwners reads req from the candidates, best first, up to
+// Config.MaxPeers of them and stopping at this node, then from the origin
+// (a fallback, limited by the token bucket, when a peer was tried).
+func (s *Source) fromOwners(ctx context.Context, cands []Candidate, req request) (io.ReadCloser, error) {
+	o := req.obj
 	tried := 0
 	for i, c := range cands {
 		if c.Self || tried == s.cfg.MaxPeers {
@@ -210,7 +250,7 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 		// The owner fills a miss; the members after it serve only what
 		// they hold (their fill would be this read's wait, and no fewer
 		// origin bytes than reading it here).
-		req := request{obj: o, off: off, n: n, cached: i > 0}
+		req.cached = i > 0
 		r, cause, err := s.fromPeer(ctx, c, p, req)
 		if err == nil {
 			return r, nil
@@ -235,7 +275,7 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 			}
 		}
 	}
-	return s.fromOrigin(ctx, o, off, n)
+	return s.fromOrigin(ctx, o, req.off, req.n)
 }
 
 // fromHolder asks the best-ranked other member that is not cooling down
@@ -295,10 +335,19 @@ func (s *Source) peer(name string) *peerState {
 	return p
 }
 
-// ownedHere reports whether range reads of o go to the origin without
-// trying a peer: no candidate, or this node ranked first.
-func (s *Source) ownedHere(o fetch.Object) bool {
-	cs := s.cfg.Owners.Owners(ObjectKey(o))
+// ownedHere reports whether a fill of a goes to the origin without trying
+// a peer for its object as a whole: a chunk copy (its fill is the chunk's
+// origin read), or an object of at most one chunk with no candidate or
+// this node ranked first. A chunked object's fill reads from the owners
+// of its chunks.
+func (s *Source) ownedHere(a fetch.Attrs) bool {
+	if _, _, ok := parseChunk(a.Object); ok {
+		return true
+	}
+	if s.chunked(a.Size) {
+		return false
+	}
+	cs := s.cfg.Owners.Owners(ObjectKey(a.Object))
 	return len(cs) == 0 || cs[0].Self
 }
 
