@@ -110,6 +110,7 @@ func (p *peerPlane) stats(s *stats.Fleet) {
 	st := p.src.Stats()
 	s.PeerBytes, s.OriginBytes, s.PeerErrors = st.PeerBytes, st.OriginBytes, st.PeerErrors
 	s.Fallbacks, s.FallbackWaits = st.Fallbacks, st.FallbackWaits
+	s.Failovers, s.FailoverSeconds, s.FailoverMaxSeconds = st.Failovers, st.FailoverTime.Seconds(), st.FailoverMax.Seconds()
 	if p.srv != nil {
 		ss := p.srv.Stats()
 		s.ServedBytes, s.ServedRequests = ss.BytesServed, ss.Requests

@@ -13,6 +13,8 @@ var (
 	fleetGCSBytes  = desc("cacheagent_fleet_origin_bytes_total", "Bytes this agent's reads received from GCS in fleet mode.")
 	fleetPeerErrs  = desc("cacheagent_fleet_peer_errors_total", "Failed peer reads by cause (refused, timeout, bad_response, auth, not_found, loop).", "cause")
 	fleetFallbacks = desc("cacheagent_fleet_fallbacks_total", "Range reads sent to GCS after a peer failed or was skipped.")
+	fleetFailovers = desc("cacheagent_fleet_failovers_total", "Range reads a peer failed (refused, timed out, stalled, answered wrongly) that got their bytes elsewhere.")
+	fleetFailTime  = desc("cacheagent_fleet_failover_seconds_total", "Time range reads lost to peers that failed them.")
 	fleetServed    = desc("cacheagent_fleet_served_bytes_total", "Bytes this agent sent to peers.")
 	fleetServedReq = desc("cacheagent_fleet_served_requests_total", "Peer requests this agent answered, by outcome.", "outcome")
 )
@@ -25,7 +27,7 @@ type fleetCollector struct {
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fleetMembers, fleetPeerBytes, fleetGCSBytes, fleetPeerErrs, fleetFallbacks,
-		fleetServed, fleetServedReq} {
+		fleetFailovers, fleetFailTime, fleetServed, fleetServedReq} {
 		ch <- d
 	}
 }
@@ -56,4 +58,6 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(fleetGCSBytes, s.OriginBytes)
 	counter(fleetFallbacks, s.Fallbacks)
 	counter(fleetServed, s.ServedBytes)
+	counter(fleetFailovers, s.Failovers)
+	ch <- prometheus.MustNewConstMetric(fleetFailTime, prometheus.CounterValue, s.FailoverSeconds)
 }

@@ -20,6 +20,13 @@ type Fleet struct {
 	PeerErrors    map[string]int64 `json:"peer_errors"`
 	Fallbacks     int64            `json:"fallbacks"`
 	FallbackWaits int64            `json:"fallback_waits"`
+	// Failovers counts reads a peer failed that then got their bytes
+	// elsewhere; FailoverSeconds is the time they lost to the failing
+	// peers, FailoverMaxSeconds the longest such wait (a survivor's stall
+	// when a member dies).
+	Failovers          int64   `json:"failovers"`
+	FailoverSeconds    float64 `json:"failover_seconds"`
+	FailoverMaxSeconds float64 `json:"failover_max_seconds"`
 	// ServedBytes counts the bytes this agent sent to peers;
 	// ServedRequests its answers to them by outcome.
 	ServedBytes    int64            `json:"served_bytes"`

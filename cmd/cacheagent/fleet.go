@@ -86,5 +86,9 @@ func printFleet(w io.Writer, fs control.FleetStatus) error {
 	_, err := fmt.Fprintf(w, "\nread from peers %s, from GCS %s; served to peers %s; peer errors %d, GCS fallbacks %d\n",
 		humanize.IBytes(uint64(fromPeers)), humanize.IBytes(uint64(t.OriginBytes)),
 		humanize.IBytes(uint64(t.ServedBytes)), peerErrs, t.Fallbacks)
+	if err == nil && t.Failovers > 0 {
+		_, err = fmt.Fprintf(w, "reads failed over from a peer %d, time lost %.3fs, longest %.3fs\n", t.Failovers,
+			t.FailoverSeconds, t.FailoverMaxSeconds)
+	}
 	return err
 }

@@ -224,8 +224,9 @@ func traffic(t *testing.T, h *Harness) {
 			continue
 		}
 		tr := fs.Traffic
-		t.Logf("%s: origin %d B, peers %v, served %d B, peer errors %v, fallbacks %d", n.Name, tr.OriginBytes,
-			tr.PeerBytes, tr.ServedBytes, tr.PeerErrors, tr.Fallbacks)
+		t.Logf("%s: origin %d B, peers %v, served %d B, peer errors %v, fallbacks %d, failovers %d (%.3fs lost, longest %.3fs)",
+			n.Name, tr.OriginBytes, tr.PeerBytes, tr.ServedBytes, tr.PeerErrors, tr.Fallbacks, tr.Failovers,
+			tr.FailoverSeconds, tr.FailoverMaxSeconds)
 	}
 }
 

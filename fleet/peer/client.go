@@ -41,7 +41,7 @@ func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req re
 		cancel(nil)
 		done()
 	}
-	r.fail = func() {
+	r.fail = func(since time.Duration) {
 		if ctx.Err() != nil {
 			return // the caller gave up: not the peer's failure
 		}
@@ -50,6 +50,7 @@ func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req re
 			cause = CauseTimeout
 		}
 		s.errs[cause].Add(1)
+		s.failovers.add(since) // the Downloader retries the rest at once
 		p.cool(s.now(), s.cfg.CoolDown)
 	}
 	return r, 0, nil
@@ -94,7 +95,7 @@ func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Can
 	}
 	return &peerReader{body: resp.Body, p: p, name: c.Name, o: req.obj,
 		stall: time.AfterFunc(s.cfg.StallTimeout, func() { cancel(errStalled) }),
-		wait:  s.cfg.StallTimeout}, 0, nil
+		wait:  s.cfg.StallTimeout, last: time.Now()}, 0, nil
 }
 
 // errBadAnswer means a peer answered something other than what was asked.
@@ -136,9 +137,12 @@ type peerReader struct {
 	p     *peerState
 	name  string
 	o     fetch.Object
+	last  time.Time // of the last bytes received (the response, at first)
 	// Set by fromPeer: done ends the request and the forward; fail counts
-	// a failure of the body against the peer.
-	done, fail func()
+	// a failure of the body against the peer, given the time since its
+	// last bytes.
+	done func()
+	fail func(since time.Duration)
 
 	once sync.Once
 }
@@ -148,11 +152,12 @@ func (r *peerReader) Read(b []byte) (int, error) {
 	if n > 0 {
 		r.stall.Reset(r.wait)
 		r.p.bytes.Add(int64(n))
+		r.last = time.Now()
 	}
 	if err == nil || err == io.EOF {
 		return n, err
 	}
-	r.fail()
+	r.fail(time.Since(r.last))
 	return n, fmt.Errorf("peer %s: read %s: %w: %w", r.name, r.o, io.ErrUnexpectedEOF, err)
 }
 

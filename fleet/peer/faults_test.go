@@ -55,6 +55,11 @@ func TestOwnerStalls(t *testing.T) {
 	if st.PeerErrors["timeout"] == 0 || st.OriginBytes != objSize || st.PeerBytes["b"] != 0 {
 		t.Errorf("Stats = %+v; want timeouts and every byte from GCS", st)
 	}
+	// Each failed-over read lost at least the first-byte timeout; the
+	// cool-down sends the later ones to GCS without a wait.
+	if st.Failovers == 0 || st.FailoverMax < 50*time.Millisecond || st.FailoverTime < st.FailoverMax {
+		t.Errorf("Stats = %+v; want failovers of at least the 50ms first-byte timeout", st)
+	}
 }
 
 // halfServer answers a range request with the right headers and half the
@@ -90,6 +95,9 @@ func TestOwnerStallsMidBody(t *testing.T) {
 	st := a.src.Stats()
 	if st.PeerErrors["timeout"] == 0 || st.PeerBytes["b"] == 0 || st.PeerBytes["b"]+st.OriginBytes < objSize {
 		t.Errorf("Stats = %+v; want stalls, some bytes from b and the rest from GCS", st)
+	}
+	if st.Failovers == 0 || st.FailoverMax < 50*time.Millisecond {
+		t.Errorf("Stats = %+v; want failovers of at least the 50ms stall timeout", st)
 	}
 }
 

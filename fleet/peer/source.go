@@ -135,6 +135,7 @@ type Source struct {
 	fallbacks     atomic.Int64
 	fallbackWaits atomic.Int64
 	errs          [numCauses]atomic.Int64
+	failovers     waits // time reads lost to peers that failed them
 }
 
 var (
@@ -238,6 +239,7 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 func (s *Source) fromOwners(ctx context.Context, cands []Candidate, req request) (io.ReadCloser, error) {
 	o := req.obj
 	tried := 0
+	var start time.Time // of the first request to a peer that failed
 	for i, c := range cands {
 		if c.Self || tried == s.cfg.MaxPeers {
 			break
@@ -251,9 +253,17 @@ func (s *Source) fromOwners(ctx context.Context, cands []Candidate, req request)
 		// they hold (their fill would be this read's wait, and no fewer
 		// origin bytes than reading it here).
 		req.cached = i > 0
+		t0 := time.Now()
 		r, cause, err := s.fromPeer(ctx, c, p, req)
 		if err == nil {
+			if !start.IsZero() {
+				s.failovers.add(time.Since(start))
+				start = time.Time{}
+			}
 			return r, nil
+		}
+		if start.IsZero() && cause != CauseNotFound {
+			start = t0
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("peer %s: read %s: %w", c.Name, o, context.Cause(ctx))
@@ -274,6 +284,9 @@ func (s *Source) fromOwners(ctx context.Context, cands []Candidate, req request)
 				return nil, fmt.Errorf("peer: read %s: waiting to fall back to the origin: %w", o, err)
 			}
 		}
+	}
+	if !start.IsZero() {
+		s.failovers.add(time.Since(start))
 	}
 	return s.fromOrigin(ctx, o, req.off, req.n)
 }
@@ -394,6 +407,16 @@ type Stats struct {
 	// for the token bucket.
 	Fallbacks     int64 `json:"fallbacks"`
 	FallbackWaits int64 `json:"fallback_waits"`
+	// Failovers counts the reads a peer failed (refused, timed out,
+	// stalled mid-body or answered wrongly) that then got their bytes
+	// elsewhere or were retried; FailoverTime is the time they lost to
+	// the failing peers (from the first request to a peer that failed to
+	// the request that answered, or from a body's last byte to its stall),
+	// and FailoverMax the longest such wait: a survivor's stall when a
+	// member dies.
+	Failovers    int64         `json:"failovers"`
+	FailoverTime time.Duration `json:"failover_ns"`
+	FailoverMax  time.Duration `json:"failover_max_ns"`
 }
 
 // Stats returns a snapshot of the Source's counters.
@@ -405,6 +428,7 @@ func (s *Source) Stats() Stats {
 		Fallbacks:     s.fallbacks.Load(),
 		FallbackWaits: s.fallbackWaits.Load(),
 	}
+	st.Failovers, st.FailoverTime, st.FailoverMax = s.failovers.snapshot()
 	for i := range s.errs {
 		st.PeerErrors[Cause(i).String()] = s.errs[i].Load()
 	}
@@ -414,6 +438,29 @@ func (s *Source) Stats() Stats {
 	}
 	s.peersMu.Unlock()
 	return st
+}
+
+// waits accumulates waits: how many, their sum and their maximum. Safe for
+// concurrent use.
+type waits struct {
+	n, sum, max atomic.Int64
+}
+
+// add records one wait of d.
+func (w *waits) add(d time.Duration) {
+	w.n.Add(1)
+	w.sum.Add(int64(d))
+	for {
+		m := w.max.Load()
+		if int64(d) <= m || w.max.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
+}
+
+// snapshot returns the count, the sum and the maximum.
+func (w *waits) snapshot() (int64, time.Duration, time.Duration) {
+	return w.n.Load(), time.Duration(w.sum.Load()), time.Duration(w.max.Load())
 }
 
 // errors used as cancellation causes of peer requests.
