@@ -2,8 +2,8 @@ package peer
 
 import (
 	"net"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
