@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -120,7 +121,7 @@ func (c *attrsCache) get(ctx context.Context, origin fetch.Source, o fetch.Objec
 	if ok {
 		return a, nil
 	}
-	v, err, _ := c.sf.Do(o.String(), func() (any, error) {
+	v, err, shared := c.sf.Do(o.String(), func() (any, error) {
 		a, err := origin.Stat(ctx, o)
 		if err != nil {
 			return nil, err
@@ -133,6 +134,9 @@ func (c *attrsCache) get(ctx context.Context, origin fetch.Source, o fetch.Objec
 		c.m[o] = a
 		return a, nil
 	})
+	if err != nil && shared && ctx.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return origin.Stat(ctx, o) // the caller that ran the Stat gave up, not this one
+	}
 	if err != nil {
 		return fetch.Attrs{}, err
 	}
@@ -154,11 +158,10 @@ func (s *Source) readChunkFill(ctx context.Context, whole fetch.Object, i int, o
 	return s.fromOrigin(ctx, whole, abs, n)
 }
 
-// readChunked reads n bytes at off of o, an object of size bytes placed
-// chunk by chunk: each chunk's part from that chunk's owner (this node's
+// readChunked reads n bytes at off of o, an object placed chunk by chunk: each chunk's part from that chunk's owner (this node's
 // own chunk copy if it is the owner). The parts after the first are asked
 // for as the reader reaches them.
-func (s *Source) readChunked(ctx context.Context, o fetch.Object, size, off, n int64) (io.ReadCloser, error) {
+func (s *Source) readChunked(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
 	cs := s.cfg.ChunkSize
 	first := int(off / cs)
 	end := off + n

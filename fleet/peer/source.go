@@ -217,7 +217,7 @@ func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int6
 		return s.fromOrigin(ctx, o, off, n)
 	}
 	if size, ok := sizeOf(ctx); ok && s.chunked(size) && !NoForward(ctx) {
-		return s.readChunked(ctx, o, size, off, n)
+		return s.readChunked(ctx, o, off, n)
 	}
 	cands := s.cfg.Owners.Owners(ObjectKey(o))
 	if NoForward(ctx) || len(cands) == 0 || cands[0].Self {
