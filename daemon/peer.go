@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,6 +42,7 @@ type peerPlane struct {
 	srv    *peer.Server
 	http   *http.Server
 	ln     net.Listener
+	tls    *peer.TLS // nil: plain HTTP (peer_tls: false, or no key file)
 }
 
 // newPeerPlane builds the client side of the data plane over gcs for the
@@ -55,7 +57,15 @@ func newPeerPlane(gcs fetch.Source, fc *fleet.Config, fcfg fetch.Config) (*peerP
 		}
 		p.key = fleet.PeerKey(secret)
 	}
-	src, err := peer.New(gcs, peer.Config{Key: p.key, Owners: &p.owners})
+	pc := peer.Config{Key: p.key, Owners: &p.owners}
+	if fc.TLS() {
+		t, err := peer.NewTLS(p.key, fc.Name)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: fleet: %w", err)
+		}
+		p.tls, pc.TLS = t, t.Client
+	}
+	src, err := peer.New(gcs, pc)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: fleet: %w", err)
 	}
@@ -86,6 +96,9 @@ func (p *peerPlane) listen(addr string) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("daemon: fleet: peer_listen: %w", err)
+	}
+	if p.tls != nil {
+		ln = tls.NewListener(ln, p.tls.Server)
 	}
 	p.ln = ln
 	return nil

@@ -21,6 +21,7 @@ var ErrConfig = errors.New("fleet: invalid config")
 //	  join: [10.0.0.1:7946, cacheagent-peers.ml.svc.cluster.local:7946]
 //	  key_file: /etc/cacheagent/fleet.key   # openssl rand -hex 32 > fleet.key
 //	  insecure: false               # true to run without key_file
+//	  peer_tls: true                # with key_file: the data plane over TLS keyed from it
 //
 // Its zero value is not valid: Listen and PeerListen are required, and so is
 // KeyFile unless Insecure is set.
@@ -50,6 +51,20 @@ type Config struct {
 	// Insecure allows running without KeyFile: gossip in clear text,
 	// anyone who reaches the ports can join. Required to omit KeyFile.
 	Insecure bool `yaml:"insecure"`
+	// PeerTLS runs the peer data plane over mutual TLS keyed from the key
+	// file (peer.NewTLS): answers are then authenticated and encrypted,
+	// not only requests signed. Default true with KeyFile; it needs
+	// KeyFile. Every member must agree.
+	PeerTLS *bool `yaml:"peer_tls"`
+}
+
+// TLS reports whether the data plane runs over TLS: PeerTLS, by default
+// whenever KeyFile is set.
+func (c Config) TLS() bool {
+	if c.PeerTLS != nil {
+		return *c.PeerTLS
+	}
+	return c.KeyFile != ""
 }
 
 // ConfigError is a problem with one field of a Config. It matches
@@ -104,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.KeyFile == "" && !c.Insecure {
 		return &ConfigError{Field: "key_file", Problem: ErrNoKey.Error(), Err: ErrNoKey}
+	}
+	if c.KeyFile == "" && c.TLS() {
+		return bad("peer_tls", "needs key_file: TLS is keyed from it")
 	}
 	return nil
 }

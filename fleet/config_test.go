@@ -43,6 +43,14 @@ insecure: false
 	if err := ins.Validate(); err != nil {
 		t.Errorf("insecure without key_file: %v; want valid", err)
 	}
+	if ins.TLS() || !c.TLS() {
+		t.Errorf("TLS() = %v without a key file, %v with one; want false, true", ins.TLS(), c.TLS())
+	}
+	var off Config
+	if err := yaml.Unmarshal([]byte("listen: :7946\npeer_listen: :7947\nkey_file: /k\npeer_tls: false\n"), &off); err != nil ||
+		off.TLS() || off.Validate() != nil {
+		t.Errorf("peer_tls: false decoded as %+v, %v: TLS() = %v", off, err, off.TLS())
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
@@ -62,6 +70,7 @@ func TestConfigValidate(t *testing.T) {
 		{"name", func(c *Config) { c.Name = "node a" }},
 		{"name", func(c *Config) { c.Name = strings.Repeat("n", maxNameLen+1) }},
 		{"key_file", func(c *Config) { c.KeyFile = "" }},
+		{"peer_tls", func(c *Config) { c.KeyFile, c.Insecure, c.PeerTLS = "", true, new(true) }},
 	}
 	for _, tt := range tests {
 		c := ok

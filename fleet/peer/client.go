@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -58,7 +59,7 @@ func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req re
 
 // ask sends the request on rctx (cancel cancels it) and checks the answer.
 func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Candidate, p *peerState, req request) (*peerReader, Cause, error) {
-	hr, err := http.NewRequestWithContext(rctx, http.MethodGet, "http://"+c.Addr+Path+"?"+req.query(), nil)
+	hr, err := http.NewRequestWithContext(rctx, http.MethodGet, s.scheme+"://"+c.Addr+Path+"?"+req.query(), nil)
 	if err != nil {
 		return nil, CauseBadResponse, fmt.Errorf("peer %s: %w", c.Name, err)
 	}
@@ -123,6 +124,14 @@ func classify(rctx context.Context, err error) Cause {
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
 		return CauseTimeout
+	}
+	// TLS: the peer's certificate is not the fleet's, or the peer refused
+	// ours with an alert (crypto/tls reports a received alert as a
+	// net.OpError of Op "remote error").
+	var cve *tls.CertificateVerificationError
+	var oe *net.OpError
+	if errors.As(err, &cve) || errors.As(err, &oe) && oe.Op == "remote error" {
+		return CauseAuth
 	}
 	return CauseRefused // refused, reset, unreachable: the peer could not be talked to
 }

@@ -82,13 +82,24 @@
 // a time more than [ServerConfig].MaxSkew away from its own clock, and
 // remembers each accepted nonce for twice that window, rejecting a second
 // use: a captured request cannot be replayed. Only requests with a valid
-// MAC reach the nonce cache, so strangers cannot fill it. Answers are not
-// authenticated: an attacker able to rewrite TCP streams between agents
-// could send forged bytes whose CRC32C matches (CRC32C is not a MAC);
-// against that, the peer port needs TLS, which is future work. The key
-// keeps nodes without it from reading cached objects (the peer port is
-// not a way around GCS IAM), and the bucket list keeps any node from
-// reading buckets outside the configured sources.
+// MAC reach the nonce cache, so strangers cannot fill it. The key keeps
+// nodes without it from reading cached objects (the peer port is not a way
+// around GCS IAM), and the bucket list keeps any node from reading buckets
+// outside the configured sources.
+//
+// # TLS
+//
+// The MAC authenticates requests, not answers: without more, an attacker
+// able to rewrite TCP streams between agents could read what peers serve
+// and send forged bytes whose CRC32C matches (CRC32C is not a MAC). [NewTLS]
+// closes that with mutual TLS 1.3 keyed from the same key: every member
+// derives one Ed25519 CA key from it (HKDF) and presents a fresh leaf
+// certificate that CA signed, as server and as client; each side verifies
+// the other's against the derived CA, for the name [TLSServerName]. Only a
+// holder of the key can complete a handshake, and the bytes are encrypted
+// and authenticated. The daemon turns it on whenever the fleet has a key
+// (fleet.peer_tls, default true). TLS gives up sendfile on the server;
+// requests stay signed under it. A failed handshake counts as CauseAuth.
 //
 // # Fallback
 //

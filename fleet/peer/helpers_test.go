@@ -46,7 +46,7 @@ type gcsEnv struct {
 	gcs *fetch.GCS
 }
 
-func newGCSEnv(t *testing.T) *gcsEnv {
+func newGCSEnv(t testing.TB) *gcsEnv {
 	t.Helper()
 	emu := cachetest.Emulator(t, emulator.Options{Buckets: []string{bucket, "other"}})
 	gcs, err := fetch.NewGCS(context.Background(), fetch.GCSConfig{Endpoint: emu.Endpoint()})
@@ -59,7 +59,7 @@ func newGCSEnv(t *testing.T) *gcsEnv {
 
 // put writes bucket/name with data and returns the object at its new
 // generation.
-func (e *gcsEnv) put(t *testing.T, bkt, name string, data []byte) fetch.Object {
+func (e *gcsEnv) put(t testing.TB, bkt, name string, data []byte) fetch.Object {
 	t.Helper()
 	gen, err := e.emu.Put(bkt, name, data)
 	if err != nil {
@@ -81,7 +81,7 @@ type node struct {
 }
 
 // listen opens a listener on a fresh loopback port.
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -92,7 +92,7 @@ func listen(t *testing.T) net.Listener {
 
 // startNode builds a node serving on ln. cfg is its Source config;
 // scfg, if set, adjusts its Server config.
-func startNode(t *testing.T, e *gcsEnv, name string, ln net.Listener, cfg Config, scfg func(*ServerConfig)) *node {
+func startNode(t testing.TB, e *gcsEnv, name string, ln net.Listener, cfg Config, scfg func(*ServerConfig)) *node {
 	t.Helper()
 	src, err := New(e.gcs, cfg)
 	if err != nil {
@@ -124,7 +124,7 @@ func startNode(t *testing.T, e *gcsEnv, name string, ln net.Listener, cfg Config
 }
 
 // serve serves h on ln until the test ends.
-func serve(t *testing.T, ln net.Listener, h http.Handler) {
+func serve(t testing.TB, ln net.Listener, h http.Handler) {
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: time.Minute, ErrorLog: log.New(io.Discard, "", 0)}
 	var wg sync.WaitGroup
 	wg.Go(func() { hs.Serve(ln) }) // returns ErrServerClosed at Close
@@ -172,7 +172,7 @@ func ownedBy(cs ...Candidate) Owners {
 }
 
 // read opens o on c and returns its bytes.
-func read(t *testing.T, c *tier.Cache, o fetch.Object) []byte {
+func read(t testing.TB, c *tier.Cache, o fetch.Object) []byte {
 	t.Helper()
 	b, err := tryRead(c, o)
 	if err != nil {

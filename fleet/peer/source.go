@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,10 @@ type Config struct {
 	// second and bucket size. Defaults 50 and 100.
 	FallbackRate  float64
 	FallbackBurst int
+	// TLS, if set, is the client side of the data plane's TLS (TLS.Client
+	// of NewTLS): requests go over https, and a peer must prove it holds
+	// the fleet key. Every member must agree on it. Nil: plain HTTP.
+	TLS *tls.Config
 	// ChunkSize is the unit of placement of large objects: an object of
 	// more than ChunkSize bytes is placed chunk by chunk (see the package
 	// doc, Ownership). Every member of a fleet must use the same value.
@@ -118,6 +123,7 @@ type Source struct {
 	transport *http.Transport
 	client    *http.Client
 	limiter   *rate.Limiter
+	scheme    string           // of peer URLs: http, or https with Config.TLS
 	now       func() time.Time // the clock for signing and cool-downs
 
 	// cache is this node's cache, where the chunks it owns are kept (nil
@@ -160,9 +166,15 @@ func New(origin fetch.Source, cfg Config) (*Source, error) {
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
+		TLSClientConfig:     cfg.TLS,
+		TLSHandshakeTimeout: cfg.ConnectTimeout,
+	}
+	scheme := "http"
+	if cfg.TLS != nil {
+		scheme = "https"
 	}
 	return &Source{
-		origin: origin, cfg: cfg, transport: t,
+		origin: origin, cfg: cfg, transport: t, scheme: scheme,
 		client:  &http.Client{Transport: t, CheckRedirect: noRedirect},
 		limiter: rate.NewLimiter(rate.Limit(cfg.FallbackRate), cfg.FallbackBurst),
 		now:     time.Now,
