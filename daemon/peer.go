@@ -18,6 +18,10 @@ import (
 	"github.com/cacheagent/cacheagent/tier"
 )
 
+// corruptServedForTest, set only in builds with the cacheagent_testhooks
+// tag (testhooks.go), is the peer server's CorruptForTest.
+var corruptServedForTest func(o fetch.Object, off int64, p []byte)
+
 // fleetOwnersK is how many members a peer read ranks: the owner and two to
 // fall back to (one of them may be this node, which reads GCS itself).
 const fleetOwnersK = 3
@@ -108,7 +112,7 @@ func (p *peerPlane) listen(addr string) error {
 // of buckets only (the daemon serves it on the peer port).
 func (p *peerPlane) server(cache *tier.Cache, buckets []string, log *slog.Logger) error {
 	srv, err := peer.NewServer(peer.ServerConfig{Key: p.key, Cache: cache, Buckets: buckets, Forwarding: p.src,
-		Log: log})
+		Log: log, CorruptForTest: corruptServedForTest})
 	if err != nil {
 		return fmt.Errorf("daemon: fleet: %w", err)
 	}

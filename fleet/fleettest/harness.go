@@ -74,6 +74,10 @@ type Config struct {
 	Connections int
 	// NoFleet starts the daemons without a fleet section.
 	NoFleet bool
+	// CorruptServing, if positive, is the number (from 1) of the node
+	// whose daemon flips a byte of every buffer it serves to peers; it
+	// needs a cacheagent built with -tags cacheagent_testhooks.
+	CorruptServing int
 	// Deferred is the number of last nodes Start prepares (namespace,
 	// proxy, config) but does not start: Node.Start starts one later (a
 	// node joining mid-read).
@@ -314,8 +318,11 @@ func (h *Harness) network() error {
 
 // start runs bin in namespace ns with its output to logPath; it dies with
 // this process.
-func (h *Harness) start(name, ns, logPath string, stdout *bytes.Buffer, bin string, args ...string) (*proc, *bufio.Reader, error) {
+func (h *Harness) start(name, ns, logPath string, stdout *bytes.Buffer, env []string, bin string, args ...string) (*proc, *bufio.Reader, error) {
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -371,7 +378,7 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func (h *Harness) startGCS(ctx context.Context) error {
-	p, r, err := h.start("gcsemu", h.Hub, filepath.Join(h.Dir, "gcsemu.log"), &bytes.Buffer{},
+	p, r, err := h.start("gcsemu", h.Hub, filepath.Join(h.Dir, "gcsemu.log"), &bytes.Buffer{}, nil,
 		filepath.Join(h.cfg.Bin, "gcsemu"), "-bucket", h.cfg.Bucket, "-prefix", h.cfg.Prefix,
 		"-objects", strconv.Itoa(h.cfg.Objects), "-size", strconv.FormatInt(h.cfg.Size, 10),
 		"-first-byte", "0", "-rate", "0")
@@ -388,7 +395,7 @@ func (h *Harness) startGCS(ctx context.Context) error {
 }
 
 func (h *Harness) startProxy(ctx context.Context, n *Node) (string, error) {
-	p, r, err := h.start("gcsproxy-"+n.Name, h.Hub, filepath.Join(h.Dir, "gcsproxy-"+n.Name+".log"), &bytes.Buffer{},
+	p, r, err := h.start("gcsproxy-"+n.Name, h.Hub, filepath.Join(h.Dir, "gcsproxy-"+n.Name+".log"), &bytes.Buffer{}, nil,
 		filepath.Join(h.cfg.Bin, "gcsproxy"), "-listen", "198.18.0.254:0", "-upstream", h.EmuBase,
 		"-first-byte", h.cfg.FirstByte.String(), "-rate", h.cfg.Rate)
 	if err != nil {
@@ -430,7 +437,11 @@ func (n *Node) Start(ctx context.Context) error {
 		return err
 	}
 	os.Remove(n.Socket)
-	p, _, err := n.h.start("cacheagent-"+n.Name, n.NS, filepath.Join(n.Dir, "daemon.log"), nil,
+	var env []string
+	if n.h.cfg.CorruptServing > 0 && n.h.Nodes[n.h.cfg.CorruptServing-1] == n {
+		env = []string{"CACHEAGENT_TESTHOOK_CORRUPT_SERVED=1"} // daemon.TestHookCorruptServed
+	}
+	p, _, err := n.h.start("cacheagent-"+n.Name, n.NS, filepath.Join(n.Dir, "daemon.log"), nil, env,
 		filepath.Join(n.h.cfg.Bin, "cacheagent"), "serve", "--config", cfgPath, "--log-level", "info")
 	if err != nil {
 		return err

@@ -34,7 +34,9 @@ func bins(t *testing.T) string {
 		if binErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/cacheagent", "./scripts/bench/gcsemu", "./scripts/bench/gcsproxy")
+		// The test hooks let a daemon play a corrupt peer (TestCorruptPeer).
+		cmd := exec.Command("go", "build", "-tags", "cacheagent_testhooks", "-o", binDir+"/", "./cmd/cacheagent",
+			"./scripts/bench/gcsemu", "./scripts/bench/gcsproxy")
 		cmd.Dir = filepath.Join("..", "..")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build: %v: %s", err, out)
