@@ -151,7 +151,8 @@
 // it that reads from peers is running, or its Source has a peer request
 // for it in flight) answers 409 at once: every node marks its forward
 // before sending it, so in any cycle of fills the node that checks last
-// sees its own mark, and the cycle breaks.
+// sees its own mark, and the cycle breaks. Cached-only and chunk requests
+// join no such fill and are answered as usual.
 //
 // # Connection budgets
 //

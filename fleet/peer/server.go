@@ -159,7 +159,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 	if req.chunked {
 		return s.serveChunk(w, r, req)
 	}
-	if f := s.cfg.Forwarding; f != nil && f.Forwarding(req.obj) {
+	// A cached-only request joins no fill, so it cannot close a cycle.
+	if f := s.cfg.Forwarding; f != nil && !req.cached && f.Forwarding(req.obj) {
 		return outcomeLoop, fmt.Errorf("%s is being read from a peer here", req.obj)
 	}
 	var opts []tier.OpenOption

@@ -148,6 +148,11 @@ func TestServerLoop(t *testing.T) {
 	if status, _, _ := get(t, a.addr, uriOf(o, 0, 10), testKey); status != http.StatusConflict {
 		t.Errorf("GET while forwarding: status %d; want 409", status)
 	}
+	// A cached-only request joins no fill: a plain 404 (a holds no copy).
+	cached := Path + "?" + request{obj: o, off: 0, n: 10, cached: true}.query()
+	if status, _, _ := get(t, a.addr, cached, testKey); status != http.StatusNotFound {
+		t.Errorf("cached-only GET while forwarding: status %d; want 404", status)
+	}
 	if _, err := io.Copy(io.Discard, r); err != nil {
 		t.Fatal(err)
 	}
