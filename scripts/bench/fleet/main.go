@@ -3,7 +3,7 @@
 // the figures of issue 18's "Performance" section as counts and ratios.
 // It needs root; scripts/bench/fleet.sh builds the binaries and runs it.
 //
-//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160]
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 12345]
 //
 // An epoch is every node reading every object of the dataset once
 // (`cacheagent cat` through its daemon, -readers at a time per node, each
@@ -11,13 +11,18 @@
 //
 //  1. one node alone, no fleet section, on the same shaped GCS link: cold
 //     epoch time (today's figure);
-//  2. N nodes, fleet, disk budget B = D/2.5 each (so D = 2.5·B, N·B ≥ D):
-//     epoch 1 cold (GCS bytes vs D and N·D, time per node vs phase 1),
-//     then is every object cached somewhere, then epochs 2 and 3 (GCS bytes
-//     vs 0.01·D); each node's disk use sampled every 100 ms against B;
-//  3. N nodes, fleet, ample budget: a cold epoch with node N SIGKILLed at
-//     half of phase 2's epoch-1 time: survivors' epoch time, their slowest
-//     single read (the stall), extra GCS bytes, corrupt bytes.
+//  2. N nodes, fleet, ample budget (2·D each): epoch 1 cold (GCS bytes vs
+//     D and N·D, time per node vs phase 1), epoch 2 warm (GCS bytes vs
+//     0.01·D);
+//  3. N nodes, fleet, disk budget B = D/2.5 each (so D = 2.5·B, N·B ≥ D):
+//     epoch 1 cold, then is every object cached somewhere, then epochs 2
+//     and 3 (GCS bytes vs 0.01·D); each node's disk use sampled every
+//     100 ms against B;
+//  4. N nodes, fleet, ample budget: a cold epoch with node N SIGKILLed at
+//     half the link-bound estimate: survivors' epoch time, their slowest
+//     single read (the stall), extra GCS bytes, corrupt bytes;
+//  5. one node with a fleet section against the same node without one
+//     (solo.go): cold and warm epoch times, alternated;
 //
 // Every byte read is compared with the emulator's content.
 package main
@@ -49,6 +54,9 @@ type opts struct {
 	firstByte         time.Duration
 	readers           int
 	phases            string
+	// Phase 5: the dataset's objects (of -size), the rounds of
+	// without/with a fleet section, the warm epochs of each.
+	soloObjects, soloRounds, soloWarm int
 }
 
 func main() {
@@ -62,7 +70,10 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
-	flag.StringVar(&o.phases, "phases", "1234", "phases to run (digits)")
+	flag.StringVar(&o.phases, "phases", "12345", "phases to run (digits)")
+	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
+	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
+	flag.IntVar(&o.soloWarm, "solo-warm", 5, "phase 5: warm epochs after each cold one")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
 	if err != nil || o.bin == "" {
@@ -83,11 +94,25 @@ func main() {
 // content is object i's bytes (gcsemu's pattern).
 func (o opts) content(i int) []byte { return emulator.Pattern(uint64(i)+1, int(o.size)) }
 
+// cfg is the harness configuration of a fleet of nodes reading o's
+// dataset with disk budget diskMax each.
 func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
 	return fleettest.Config{Nodes: nodes, Bin: o.bin, Bucket: "bench", Prefix: "data/", Objects: o.objects,
 		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
 		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: 16,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+}
+
+// start starts a harness with cfg, closing it when Start fails.
+func start(ctx context.Context, cfg fleettest.Config) (*fleettest.Harness, error) {
+	h, err := fleettest.Start(ctx, cfg)
+	if err != nil {
+		if h != nil {
+			h.Close()
+		}
+		return nil, err
+	}
+	return h, nil
 }
 
 // epoch is one node's read of the whole dataset.
@@ -285,7 +310,7 @@ func run(ctx context.Context, o opts) error {
 		h.Close()
 	}
 
-	// Phase 3: SIGKILL one node mid-epoch.
+	// Phase 4: SIGKILL one node mid-epoch.
 	if strings.Contains(o.phases, "4") {
 		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
 		if err != nil {
@@ -328,6 +353,17 @@ func run(ctx context.Context, o opts) error {
 				t := fs.Traffic
 				report("  %s: origin %s, from peers %v, peer errors %v, fallbacks %d (%d waited for the rate limit)", n.Name, mib(t.OriginBytes),
 					mibMap(t.PeerBytes), nonzero(t.PeerErrors), t.Fallbacks, t.FallbackWaits)
+			}
+		}
+		h.Close()
+	}
+	for _, p := range []struct {
+		digit string
+		run   func(context.Context, opts) error
+	}{{"5", solo}} {
+		if strings.Contains(o.phases, p.digit) {
+			if err := p.run(ctx, o); err != nil {
+				return fmt.Errorf("phase %s: %w", p.digit, err)
 			}
 		}
 	}
