@@ -3,7 +3,7 @@
 // the figures of issue 18's "Performance" section as counts and ratios.
 // It needs root; scripts/bench/fleet.sh builds the binaries and runs it.
 //
-//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 12345]
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 123456]
 //
 // An epoch is every node reading every object of the dataset once
 // (`cacheagent cat` through its daemon, -readers at a time per node, each
@@ -23,8 +23,11 @@
 //     single read (the stall), extra GCS bytes, corrupt bytes;
 //  5. one node with a fleet section against the same node without one
 //     (solo.go): cold and warm epoch times, alternated;
+//  6. rank-aware loading (rankaware.go): one loader session per node with
+//     the node shuffle over an .npy dataset, peer and GCS bytes per epoch;
 //
-// Every byte read is compared with the emulator's content.
+// Every byte read is compared with the emulator's content (phase 6: each
+// sample's rows with its id).
 package main
 
 import (
@@ -57,6 +60,9 @@ type opts struct {
 	// Phase 5: the dataset's objects (of -size), the rounds of
 	// without/with a fleet section, the warm epochs of each.
 	soloObjects, soloRounds, soloWarm int
+	// Phase 6: the .npy dataset (shards of rows rows of rowBytes) and the
+	// epochs each node's loader reads.
+	shards, rows, rowBytes, loaderEpochs int
 }
 
 func main() {
@@ -70,10 +76,14 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
-	flag.StringVar(&o.phases, "phases", "12345", "phases to run (digits)")
+	flag.StringVar(&o.phases, "phases", "123456", "phases to run (digits)")
 	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
 	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
 	flag.IntVar(&o.soloWarm, "solo-warm", 5, "phase 5: warm epochs after each cold one")
+	flag.IntVar(&o.shards, "shards", 24, "phase 6: .npy shards (an x and a y file each)")
+	flag.IntVar(&o.rows, "rows", 2048, "phase 6: rows per shard")
+	flag.IntVar(&o.rowBytes, "row-bytes", 1024, "phase 6: bytes of each x row")
+	flag.IntVar(&o.loaderEpochs, "loader-epochs", 3, "phase 6: epochs each node's loader reads")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
 	if err != nil || o.bin == "" {
@@ -360,7 +370,7 @@ func run(ctx context.Context, o opts) error {
 	for _, p := range []struct {
 		digit string
 		run   func(context.Context, opts) error
-	}{{"5", solo}} {
+	}{{"5", solo}, {"6", rankAware}} {
 		if strings.Contains(o.phases, p.digit) {
 			if err := p.run(ctx, o); err != nil {
 				return fmt.Errorf("phase %s: %w", p.digit, err)

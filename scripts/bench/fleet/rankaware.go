@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fleet/fleettest"
+	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/synth"
+)
+
+// npyPrefix is where phase 6 uploads its .npy dataset, under the harness's
+// dataset prefix.
+const npyPrefix = "data/npy/"
+
+// snapshot is every node's fleet traffic and GCS proxy bytes at one moment.
+type snapshot struct {
+	peer, origin, served []int64 // per node
+	gcs                  int64
+}
+
+// snap reads h's counters.
+func snap(ctx context.Context, h *fleettest.Harness) (snapshot, error) {
+	var s snapshot
+	for _, n := range h.Nodes {
+		fs, err := n.Fleet(ctx)
+		if err != nil {
+			return s, fmt.Errorf("%s: fleet status: %w", n.Name, err)
+		}
+		var p int64
+		for _, b := range fs.Traffic.PeerBytes {
+			p += b
+		}
+		s.peer = append(s.peer, p)
+		s.origin = append(s.origin, fs.Traffic.OriginBytes)
+		s.served = append(s.served, fs.Traffic.ServedBytes)
+	}
+	g, _, err := h.GCSBytes(ctx)
+	if err != nil {
+		return s, fmt.Errorf("GCS bytes: %w", err)
+	}
+	s.gcs = g
+	return s, nil
+}
+
+// sub returns s − a, node by node.
+func (s snapshot) sub(a snapshot) snapshot {
+	d := snapshot{gcs: s.gcs - a.gcs}
+	for k := range s.peer {
+		d.peer = append(d.peer, s.peer[k]-a.peer[k])
+		d.origin = append(d.origin, s.origin[k]-a.origin[k])
+		d.served = append(d.served, s.served[k]-a.served[k])
+	}
+	return d
+}
+
+func sum(v []int64) int64 {
+	var s int64
+	for _, x := range v {
+		s += x
+	}
+	return s
+}
+
+// loaderEpoch is one node's loader session over one epoch.
+type loaderEpoch struct {
+	took             time.Duration
+	batches, samples int
+	bad              int // samples whose x row, y value and id disagree
+	err              error
+}
+
+// rankAware is phase 6, issue 18's "rank-aware mode: peer bytes ≤ 0.05·D
+// per warm epoch": an .npy dataset of o.shards shards is uploaded to the
+// emulator, and each of N nodes runs one loader session through its daemon
+// with the node shuffle (rank k of N, one rank per node, so node k reads
+// its fixed partition), all nodes at once, for o.loaderEpochs epochs (one
+// session per epoch, so that the counters between them belong to one
+// epoch). Per epoch it reports the bytes every node received from peers
+// and the GCS bytes, as fractions of D.
+func rankAware(ctx context.Context, o opts) error {
+	N := o.nodes
+	ds := synth.Uniform(o.shards, o.rows, o.rowBytes)
+	files := map[string][]byte{}
+	var D int64
+	if err := ds.Write(npyPrefix, func(name string, b []byte) error {
+		files[name] = b
+		D += int64(len(b))
+		return nil
+	}); err != nil {
+		return err
+	}
+	// The harness's own synthetic dataset is one small object, unread.
+	cfg := o.cfg(N, 4*D, false)
+	cfg.Objects, cfg.Size = 1, 4096
+	h, err := start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	for name, b := range files {
+		if err := h.Upload(ctx, name, b); err != nil {
+			return fmt.Errorf("upload %s: %w", name, err)
+		}
+	}
+	if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+		return err
+	}
+	report("\n## 6. rank-aware loading: %d nodes, one loader session each, --shuffle node (one rank per node), fleet, ample budget",
+		N)
+	report("dataset: %d shards × (x %d×%d B + y) = %s in %d objects; batch 256; one session per epoch",
+		o.shards, o.rows, o.rowBytes, mib(D), len(files))
+	prev, err := snap(ctx, h)
+	if err != nil {
+		return err
+	}
+	for ep := range o.loaderEpochs {
+		res := make([]loaderEpoch, N)
+		var wg sync.WaitGroup
+		for k, n := range h.Nodes {
+			wg.Go(func() { res[k] = readLoaderEpoch(ctx, n, k, N, ep) })
+		}
+		wg.Wait()
+		cur, err := snap(ctx, h)
+		if err != nil {
+			return err
+		}
+		d := cur.sub(prev)
+		prev = cur
+		var times []string
+		samples, bad := 0, 0
+		for k, r := range res {
+			if r.err != nil {
+				return fmt.Errorf("epoch %d, %s: %w", ep, h.Nodes[k].Name, r.err)
+			}
+			times = append(times, fmt.Sprintf("%.2fs", r.took.Seconds()))
+			samples += r.samples
+			bad += r.bad
+		}
+		target := ""
+		if ep > 0 {
+			target = " (target ≤ 0.05·D)"
+		}
+		report("epoch %d: peer bytes %s = %.4f·D%s, per node %v; GCS bytes %s = %.4f·D; node times %v; %d samples, %d mismatching",
+			ep, mib(sum(d.peer)), float64(sum(d.peer))/float64(D), target, mibs(d.peer), mib(d.gcs),
+			float64(d.gcs)/float64(D), times, samples, bad)
+	}
+	traffic(ctx, h)
+	return h.Close()
+}
+
+// readLoaderEpoch reads epoch ep of the dataset on n as rank k of world
+// (one rank per node) through a loader session of n's daemon, checking
+// that each sample's x row and y value carry its id.
+func readLoaderEpoch(ctx context.Context, n *fleettest.Node, k, world, ep int) loaderEpoch {
+	var r loaderEpoch
+	c, err := control.Dial(ctx, n.Socket)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer c.Close()
+	t0 := time.Now()
+	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	lc, err := c.OpenLoader(octx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
+		BatchSize: 256, Shuffle: "node", Seed: 17, Epoch: ep, Epochs: 1, Rank: k, World: world, RanksPerNode: 1})
+	if err != nil {
+		r.err = err
+		return r
+	}
+	defer lc.Close()
+	for {
+		m, err := lc.Recv(octx)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		switch m := m.(type) {
+		case ring.Ready:
+			b, err := checkBatch(lc, m)
+			if err == nil {
+				err = lc.Release(m)
+			}
+			if err != nil {
+				r.err = err
+				return r
+			}
+			r.batches++
+			r.samples += int(m.N)
+			r.bad += b
+		case ring.EpochEnd:
+		case ring.End:
+			r.took = time.Since(t0)
+			return r
+		default:
+			r.err = fmt.Errorf("loader session: unexpected message %#v", m)
+			return r
+		}
+	}
+}
+
+// checkBatch returns the number of samples of the batch m announces whose
+// x row's id (synth.RowID) or y value differs from its id.
+func checkBatch(lc *control.LoaderConn, m ring.Ready) (int, error) {
+	_, descs, err := lc.Batch(m)
+	if err != nil {
+		return 0, err
+	}
+	slot := lc.Slot(int(m.Slot))
+	arr := map[string]ring.Desc{}
+	for _, d := range descs {
+		arr[lc.Info.Arrays[d.Name].Name] = d
+	}
+	x, y, ids := arr["x"], arr["y"], arr["ids"]
+	if len(x.Shape) != 2 || len(y.Shape) != 1 || len(ids.Shape) != 1 {
+		return 0, errors.New("loader session: a batch without x, y and ids")
+	}
+	row := x.Shape[1]
+	bad := 0
+	for i := range int(m.N) {
+		id := int64(binary.LittleEndian.Uint64(slot[ids.Offset+8*i:]))
+		yv := int64(binary.LittleEndian.Uint64(slot[y.Offset+8*i:]))
+		xv := synth.RowID(slot[x.Offset+row*i : x.Offset+row*(i+1)])
+		if yv != id || xv != id {
+			bad++
+		}
+	}
+	return bad, nil
+}
