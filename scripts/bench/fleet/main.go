@@ -3,7 +3,7 @@
 // the figures of issue 18's "Performance" section as counts and ratios.
 // It needs root; scripts/bench/fleet.sh builds the binaries and runs it.
 //
-//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 123456]
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 1234567]
 //
 // An epoch is every node reading every object of the dataset once
 // (`cacheagent cat` through its daemon, -readers at a time per node, each
@@ -25,9 +25,12 @@
 //     (solo.go): cold and warm epoch times, alternated;
 //  6. rank-aware loading (rankaware.go): one loader session per node with
 //     the node shuffle over an .npy dataset, peer and GCS bytes per epoch;
+//  7. the hot spot (hotspot.go): one object cached by its owner, read by
+//     every node at once: time against its size over the peer rate, and
+//     the busiest server's bytes against the mean.
 //
 // Every byte read is compared with the emulator's content (phase 6: each
-// sample's rows with its id).
+// sample's rows with its id; phase 7: `cacheagent verify`).
 package main
 
 import (
@@ -63,6 +66,9 @@ type opts struct {
 	// Phase 6: the .npy dataset (shards of rows rows of rowBytes) and the
 	// epochs each node's loader reads.
 	shards, rows, rowBytes, loaderEpochs int
+	// Phase 7: the hot object's size and the GCS rate while it is warmed.
+	hotSize    int64
+	hotGCSMbit int
 }
 
 func main() {
@@ -76,7 +82,7 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
-	flag.StringVar(&o.phases, "phases", "123456", "phases to run (digits)")
+	flag.StringVar(&o.phases, "phases", "1234567", "phases to run (digits)")
 	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
 	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
 	flag.IntVar(&o.soloWarm, "solo-warm", 5, "phase 5: warm epochs after each cold one")
@@ -84,13 +90,17 @@ func main() {
 	flag.IntVar(&o.rows, "rows", 2048, "phase 6: rows per shard")
 	flag.IntVar(&o.rowBytes, "row-bytes", 1024, "phase 6: bytes of each x row")
 	flag.IntVar(&o.loaderEpochs, "loader-epochs", 3, "phase 6: epochs each node's loader reads")
+	var hot string
+	flag.StringVar(&hot, "hot-size", "256MiB", "phase 7: size of the hot object")
+	flag.IntVar(&o.hotGCSMbit, "hot-gcs-mbit", 0, "phase 7: GCS link rate while the owner warms the hot object (0: uncapped)")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
-	if err != nil || o.bin == "" {
-		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size must be a size")
+	hn, herr := humanize.ParseBytes(hot)
+	if err != nil || herr != nil || o.bin == "" {
+		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size and -hot-size must be sizes")
 		os.Exit(2)
 	}
-	o.size = int64(n)
+	o.size, o.hotSize = int64(n), int64(hn)
 	if err := fleettest.Check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
@@ -370,7 +380,7 @@ func run(ctx context.Context, o opts) error {
 	for _, p := range []struct {
 		digit string
 		run   func(context.Context, opts) error
-	}{{"5", solo}, {"6", rankAware}} {
+	}{{"5", solo}, {"6", rankAware}, {"7", hotSpot}} {
 		if strings.Contains(o.phases, p.digit) {
 			if err := p.run(ctx, o); err != nil {
 				return fmt.Errorf("phase %s: %w", p.digit, err)
