@@ -17,10 +17,11 @@ import (
 // dataset). Targets: the read done in ≤ 1.5 × S / r_p, and the busiest
 // node serving ≤ 1.5 × the mean of the bytes served by each node.
 //
-// The owner is found by warming: node 1 prefetches the object, and the
-// node whose GCS proxy served it is the owner. If that is not node 1,
-// node 1 held a copy for itself too; it is then SIGKILLed, its cache
-// removed and restarted, so that only the owner holds the object. The
+// The owner is found by warming: node N prefetches the object, and the
+// node whose GCS proxy served it is the owner. If that is not node N,
+// node N held a copy for itself too; it is then SIGKILLed, its cache
+// removed and restarted (it rejoins through node 1, the harness's seed),
+// so that only the owner holds the object. The
 // GCS link is capped at o.hotGCSMbit during all of this (0: uncapped):
 // the measured read touches only the peer links.
 func hotSpot(ctx context.Context, o opts) error {
@@ -38,8 +39,9 @@ func hotSpot(ctx context.Context, o opts) error {
 	}
 	report("\n## 7. hot spot: one %s object read by all %d nodes at once (whole-object ownership), r_p = %d Mbit/s",
 		mib(S), N, o.peerMbit)
+	warmer := h.Nodes[N-1]
 	t0 := time.Now()
-	if err := h.Nodes[0].Prefetch(ctx); err != nil {
+	if err := warmer.Prefetch(ctx); err != nil {
 		return fmt.Errorf("warming: %w", err)
 	}
 	warm := time.Since(t0)
@@ -56,10 +58,10 @@ func hotSpot(ctx context.Context, o opts) error {
 	if owner < 0 {
 		return fmt.Errorf("warming: no proxy served the whole object: %v", per)
 	}
-	report("warmed by %s in %.2fs: its owner is %s (GCS bytes per proxy %v)", h.Nodes[0].Name, warm.Seconds(),
+	report("warmed by %s in %.2fs: its owner is %s (GCS bytes per proxy %v)", warmer.Name, warm.Seconds(),
 		h.Nodes[owner].Name, mibs(per))
-	if owner != 0 {
-		n := h.Nodes[0]
+	if owner != N-1 {
+		n := warmer
 		if err := n.Kill(); err != nil {
 			return err
 		}

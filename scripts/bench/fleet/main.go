@@ -247,7 +247,7 @@ func run(ctx context.Context, o opts) error {
 		g1, per, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es)
 		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
-			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), per)
+			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), mibs(per))
 		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
 		if alone > 0 {
 			sp := alone / meanTook(es)
@@ -288,7 +288,7 @@ func run(ctx context.Context, o opts) error {
 		g1, per, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es)
 		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
-			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), per)
+			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), mibs(per))
 		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
 		traffic(ctx, h)
 		// Is everything cached somewhere?
