@@ -67,22 +67,44 @@ func sum(v []int64) int64 {
 	return s
 }
 
-// loaderEpoch is one node's loader session over one epoch.
+// counters are one node's traffic counters: bytes from peers (all of
+// them), from GCS by its own reads (origin), served to peers, and its GCS
+// proxy's bytes (the daemon's every GCS read, header probes included).
+type counters struct{ peer, origin, served, gcs int64 }
+
+// nodeCounters reads n's counters.
+func nodeCounters(ctx context.Context, n *fleettest.Node) (counters, error) {
+	var c counters
+	fs, err := n.Fleet(ctx)
+	if err != nil {
+		return c, fmt.Errorf("%s: fleet status: %w", n.Name, err)
+	}
+	for _, b := range fs.Traffic.PeerBytes {
+		c.peer += b
+	}
+	c.origin, c.served = fs.Traffic.OriginBytes, fs.Traffic.ServedBytes
+	if c.gcs, err = n.ProxyBytes(ctx); err != nil {
+		return c, fmt.Errorf("%s: GCS proxy: %w", n.Name, err)
+	}
+	return c, nil
+}
+
+// loaderEpoch is one node's loader over one epoch.
 type loaderEpoch struct {
 	took             time.Duration
 	batches, samples int
-	bad              int // samples whose x row, y value and id disagree
-	err              error
+	bad              int      // samples whose x row, y value and id disagree
+	c                counters // the node's counters' increase over the epoch
 }
 
 // rankAware is phase 6, issue 18's "rank-aware mode: peer bytes ≤ 0.05·D
 // per warm epoch": an .npy dataset of o.shards shards is uploaded to the
 // emulator, and each of N nodes runs one loader session through its daemon
 // with the node shuffle (rank k of N, one rank per node, so node k reads
-// its fixed partition), all nodes at once, for o.loaderEpochs epochs (one
-// session per epoch, so that the counters between them belong to one
-// epoch). Per epoch it reports the bytes every node received from peers
-// and the GCS bytes, as fractions of D.
+// its fixed partition), all nodes at once, for o.loaderEpochs epochs. Each
+// node's counters are read at each of its epoch ends; per epoch it reports
+// the bytes the nodes received from peers and their GCS bytes, summed, as
+// fractions of D.
 func rankAware(ctx context.Context, o opts) error {
 	N := o.nodes
 	ds := synth.Uniform(o.shards, o.rows, o.rowBytes)
@@ -111,34 +133,30 @@ func rankAware(ctx context.Context, o opts) error {
 	if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	report("\n## 6. rank-aware loading: %d nodes, one loader session each, --shuffle node (one rank per node), fleet, ample budget",
+	report("\n## 6. rank-aware loading: %d nodes, one loader session each (--shuffle node, one rank per node), fleet, ample budget",
 		N)
-	report("dataset: %d shards × (x %d×%d B + y) = %s in %d objects; batch 256; one session per epoch",
-		o.shards, o.rows, o.rowBytes, mib(D), len(files))
-	prev, err := snap(ctx, h)
-	if err != nil {
-		return err
+	report("dataset: %d shards × (x %d×%d B + y) = %s in %d objects; batch 256; %d epochs in one session per node",
+		o.shards, o.rows, o.rowBytes, mib(D), len(files), o.loaderEpochs)
+	res := make([][]loaderEpoch, N)
+	errs := make([]error, N)
+	var wg sync.WaitGroup
+	for k, n := range h.Nodes {
+		wg.Go(func() { res[k], errs[k] = readLoader(ctx, n, k, N, o.loaderEpochs) })
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s: %w", h.Nodes[k].Name, err)
+		}
 	}
 	for ep := range o.loaderEpochs {
-		res := make([]loaderEpoch, N)
-		var wg sync.WaitGroup
-		for k, n := range h.Nodes {
-			wg.Go(func() { res[k] = readLoaderEpoch(ctx, n, k, N, ep) })
-		}
-		wg.Wait()
-		cur, err := snap(ctx, h)
-		if err != nil {
-			return err
-		}
-		d := cur.sub(prev)
-		prev = cur
 		var times []string
+		var peer, gcs []int64
 		samples, bad := 0, 0
-		for k, r := range res {
-			if r.err != nil {
-				return fmt.Errorf("epoch %d, %s: %w", ep, h.Nodes[k].Name, r.err)
-			}
+		for k := range N {
+			r := res[k][ep]
 			times = append(times, fmt.Sprintf("%.2fs", r.took.Seconds()))
+			peer, gcs = append(peer, r.c.peer), append(gcs, r.c.gcs)
 			samples += r.samples
 			bad += r.bad
 		}
@@ -146,40 +164,43 @@ func rankAware(ctx context.Context, o opts) error {
 		if ep > 0 {
 			target = " (target ≤ 0.05·D)"
 		}
-		report("epoch %d: peer bytes %s = %.4f·D%s, per node %v; GCS bytes %s = %.4f·D; node times %v; %d samples, %d mismatching",
-			ep, mib(sum(d.peer)), float64(sum(d.peer))/float64(D), target, mibs(d.peer), mib(d.gcs),
-			float64(d.gcs)/float64(D), times, samples, bad)
+		report("epoch %d: peer bytes %s = %.4f·D%s, per node %v; GCS bytes %s = %.4f·D, per node %v; node times %v; %d samples, %d mismatching",
+			ep, mib(sum(peer)), float64(sum(peer))/float64(D), target, mibs(peer), mib(sum(gcs)),
+			float64(sum(gcs))/float64(D), mibs(gcs), times, samples, bad)
 	}
 	traffic(ctx, h)
 	return h.Close()
 }
 
-// readLoaderEpoch reads epoch ep of the dataset on n as rank k of world
-// (one rank per node) through a loader session of n's daemon, checking
-// that each sample's x row and y value carry its id.
-func readLoaderEpoch(ctx context.Context, n *fleettest.Node, k, world, ep int) loaderEpoch {
-	var r loaderEpoch
+// readLoader reads epochs epochs of the dataset on n as rank k of world
+// (one rank per node) through one loader session of n's daemon, checking
+// that each sample's x row and y value carry its id, and reading n's
+// counters at each epoch's end.
+func readLoader(ctx context.Context, n *fleettest.Node, k, world, epochs int) ([]loaderEpoch, error) {
 	c, err := control.Dial(ctx, n.Socket)
 	if err != nil {
-		r.err = err
-		return r
+		return nil, err
 	}
 	defer c.Close()
-	t0 := time.Now()
-	octx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	lc, err := c.OpenLoader(octx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
-		BatchSize: 256, Shuffle: "node", Seed: 17, Epoch: ep, Epochs: 1, Rank: k, World: world, RanksPerNode: 1})
+	prev, err := nodeCounters(octx, n)
 	if err != nil {
-		r.err = err
-		return r
+		return nil, err
+	}
+	t0 := time.Now()
+	lc, err := c.OpenLoader(octx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
+		BatchSize: 256, Shuffle: "node", Seed: 17, Epochs: epochs, Rank: k, World: world, RanksPerNode: 1})
+	if err != nil {
+		return nil, err
 	}
 	defer lc.Close()
+	var out []loaderEpoch
+	var cur loaderEpoch
 	for {
 		m, err := lc.Recv(octx)
 		if err != nil {
-			r.err = err
-			return r
+			return out, err
 		}
 		switch m := m.(type) {
 		case ring.Ready:
@@ -188,19 +209,27 @@ func readLoaderEpoch(ctx context.Context, n *fleettest.Node, k, world, ep int) l
 				err = lc.Release(m)
 			}
 			if err != nil {
-				r.err = err
-				return r
+				return out, err
 			}
-			r.batches++
-			r.samples += int(m.N)
-			r.bad += b
+			cur.batches++
+			cur.samples += int(m.N)
+			cur.bad += b
 		case ring.EpochEnd:
+			cur.took = time.Since(t0)
+			now, err := nodeCounters(octx, n)
+			if err != nil {
+				return out, err
+			}
+			cur.c = counters{now.peer - prev.peer, now.origin - prev.origin, now.served - prev.served, now.gcs - prev.gcs}
+			out = append(out, cur)
+			cur, prev, t0 = loaderEpoch{}, now, time.Now()
 		case ring.End:
-			r.took = time.Since(t0)
-			return r
+			if len(out) != epochs {
+				return out, fmt.Errorf("loader session: End after %d epochs; want %d", len(out), epochs)
+			}
+			return out, nil
 		default:
-			r.err = fmt.Errorf("loader session: unexpected message %#v", m)
-			return r
+			return out, fmt.Errorf("loader session: unexpected message %#v", m)
 		}
 	}
 }
