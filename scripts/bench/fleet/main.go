@@ -63,9 +63,12 @@ type opts struct {
 	// Phase 5: the dataset's objects (of -size), the rounds of
 	// without/with a fleet section, the warm epochs of each.
 	soloObjects, soloRounds, soloWarm int
-	// Phase 6: the .npy dataset (shards of rows rows of rowBytes) and the
-	// epochs each node's loader reads.
+	// Phase 6: the .npy dataset (shards of rows rows of rowBytes), the
+	// epochs each node's loader reads, its shuffle mode, and each node's
+	// disk budget as a share of the dataset.
 	shards, rows, rowBytes, loaderEpochs int
+	loaderShuffle                        string
+	loaderBudget                         float64
 	// Phase 7: the hot object's size and the GCS rate while it is warmed.
 	hotSize    int64
 	hotGCSMbit int
@@ -90,6 +93,8 @@ func main() {
 	flag.IntVar(&o.rows, "rows", 2048, "phase 6: rows per shard")
 	flag.IntVar(&o.rowBytes, "row-bytes", 1024, "phase 6: bytes of each x row")
 	flag.IntVar(&o.loaderEpochs, "loader-epochs", 3, "phase 6: epochs each node's loader reads")
+	flag.StringVar(&o.loaderShuffle, "loader-shuffle", "node", "phase 6: the loaders' shuffle mode (node; shard-window to compare)")
+	flag.Float64Var(&o.loaderBudget, "loader-budget", 2, "phase 6: each node's disk budget, as a share of the dataset")
 	var hot string
 	flag.StringVar(&hot, "hot-size", "256MiB", "phase 7: size of the hot object")
 	flag.IntVar(&o.hotGCSMbit, "hot-gcs-mbit", 0, "phase 7: GCS link rate while the owner warms the hot object (0: uncapped)")

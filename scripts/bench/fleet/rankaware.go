@@ -20,8 +20,8 @@ const npyPrefix = "data/npy/"
 
 // snapshot is every node's fleet traffic and GCS proxy bytes at one moment.
 type snapshot struct {
-	peer, origin, served []int64 // per node
-	gcs                  int64
+	peer, origin, served, gcsPer []int64 // per node
+	gcs                          int64
 }
 
 // snap reads h's counters.
@@ -40,11 +40,11 @@ func snap(ctx context.Context, h *fleettest.Harness) (snapshot, error) {
 		s.origin = append(s.origin, fs.Traffic.OriginBytes)
 		s.served = append(s.served, fs.Traffic.ServedBytes)
 	}
-	g, _, err := h.GCSBytes(ctx)
+	g, per, err := h.GCSBytes(ctx)
 	if err != nil {
 		return s, fmt.Errorf("GCS bytes: %w", err)
 	}
-	s.gcs = g
+	s.gcs, s.gcsPer = g, per
 	return s, nil
 }
 
@@ -55,10 +55,12 @@ func (s snapshot) sub(a snapshot) snapshot {
 		d.peer = append(d.peer, s.peer[k]-a.peer[k])
 		d.origin = append(d.origin, s.origin[k]-a.origin[k])
 		d.served = append(d.served, s.served[k]-a.served[k])
+		d.gcsPer = append(d.gcsPer, s.gcsPer[k]-a.gcsPer[k])
 	}
 	return d
 }
 
+// sum is the sum of v.
 func sum(v []int64) int64 {
 	var s int64
 	for _, x := range v {
@@ -67,44 +69,38 @@ func sum(v []int64) int64 {
 	return s
 }
 
-// counters are one node's traffic counters: bytes from peers (all of
-// them), from GCS by its own reads (origin), served to peers, and its GCS
-// proxy's bytes (the daemon's every GCS read, header probes included).
-type counters struct{ peer, origin, served, gcs int64 }
-
-// nodeCounters reads n's counters.
-func nodeCounters(ctx context.Context, n *fleettest.Node) (counters, error) {
-	var c counters
-	fs, err := n.Fleet(ctx)
-	if err != nil {
-		return c, fmt.Errorf("%s: fleet status: %w", n.Name, err)
-	}
-	for _, b := range fs.Traffic.PeerBytes {
-		c.peer += b
-	}
-	c.origin, c.served = fs.Traffic.OriginBytes, fs.Traffic.ServedBytes
-	if c.gcs, err = n.ProxyBytes(ctx); err != nil {
-		return c, fmt.Errorf("%s: GCS proxy: %w", n.Name, err)
-	}
-	return c, nil
-}
-
 // loaderEpoch is one node's loader over one epoch.
 type loaderEpoch struct {
 	took             time.Duration
 	batches, samples int
-	bad              int      // samples whose x row, y value and id disagree
-	c                counters // the node's counters' increase over the epoch
+	bad              int // samples whose x row, y value and id disagree
+}
+
+// epochBarrier holds every node's loader at each epoch's end until all
+// have reached it and the counters are read.
+type epochBarrier struct {
+	arrived  []sync.WaitGroup // per epoch, N nodes
+	released []chan struct{}  // per epoch, closed once the counters are read
+}
+
+func newEpochBarrier(nodes, epochs int) *epochBarrier {
+	b := &epochBarrier{arrived: make([]sync.WaitGroup, epochs), released: make([]chan struct{}, epochs)}
+	for ep := range epochs {
+		b.arrived[ep].Add(nodes)
+		b.released[ep] = make(chan struct{})
+	}
+	return b
 }
 
 // rankAware is phase 6, issue 18's "rank-aware mode: peer bytes ≤ 0.05·D
 // per warm epoch": an .npy dataset of o.shards shards is uploaded to the
 // emulator, and each of N nodes runs one loader session through its daemon
 // with the node shuffle (rank k of N, one rank per node, so node k reads
-// its fixed partition), all nodes at once, for o.loaderEpochs epochs. Each
-// node's counters are read at each of its epoch ends; per epoch it reports
-// the bytes the nodes received from peers and their GCS bytes, summed, as
-// fractions of D.
+// its fixed partition), all nodes at once, for o.loaderEpochs epochs. At
+// each epoch's end every node waits for the others (a node's loader may
+// gather up to its ring's slots ahead meanwhile) and the counters are read:
+// per epoch it reports the bytes the nodes received from peers and the
+// GCS bytes, as fractions of D.
 func rankAware(ctx context.Context, o opts) error {
 	N := o.nodes
 	ds := synth.Uniform(o.shards, o.rows, o.rowBytes)
@@ -118,7 +114,8 @@ func rankAware(ctx context.Context, o opts) error {
 		return err
 	}
 	// The harness's own synthetic dataset is one small object, unread.
-	cfg := o.cfg(N, 4*D, false)
+	B := int64(o.loaderBudget * float64(D))
+	cfg := o.cfg(N, B, false)
 	cfg.Objects, cfg.Size = 1, 4096
 	h, err := start(ctx, cfg)
 	if err != nil {
@@ -133,15 +130,47 @@ func rankAware(ctx context.Context, o opts) error {
 	if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	report("\n## 6. rank-aware loading: %d nodes, one loader session each (--shuffle node, one rank per node), fleet, ample budget",
-		N)
+	report("\n## 6. rank-aware loading: %d nodes, one loader session each (--shuffle %s, one rank per node), fleet, disk budget %s = %.2f·D each",
+		N, o.loaderShuffle, mib(B), float64(B)/float64(D))
 	report("dataset: %d shards × (x %d×%d B + y) = %s in %d objects; batch 256; %d epochs in one session per node",
 		o.shards, o.rows, o.rowBytes, mib(D), len(files), o.loaderEpochs)
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	prev, err := snap(ctx, h)
+	if err != nil {
+		return err
+	}
+	bar := newEpochBarrier(N, o.loaderEpochs)
 	res := make([][]loaderEpoch, N)
 	errs := make([]error, N)
 	var wg sync.WaitGroup
 	for k, n := range h.Nodes {
-		wg.Go(func() { res[k], errs[k] = readLoader(ctx, n, k, N, o.loaderEpochs) })
+		wg.Go(func() {
+			if res[k], errs[k] = readLoader(ctx, n, k, N, o, bar); errs[k] != nil {
+				cancel()
+			}
+		})
+	}
+	var deltas []snapshot
+	for ep := range o.loaderEpochs {
+		all := make(chan struct{})
+		go func() { bar.arrived[ep].Wait(); close(all) }()
+		select {
+		case <-all:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		cur, err := snap(ctx, h)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		deltas = append(deltas, cur.sub(prev))
+		prev = cur
+		close(bar.released[ep])
 	}
 	wg.Wait()
 	for k, err := range errs {
@@ -149,14 +178,15 @@ func rankAware(ctx context.Context, o opts) error {
 			return fmt.Errorf("%s: %w", h.Nodes[k].Name, err)
 		}
 	}
-	for ep := range o.loaderEpochs {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for ep, d := range deltas {
 		var times []string
-		var peer, gcs []int64
 		samples, bad := 0, 0
 		for k := range N {
 			r := res[k][ep]
 			times = append(times, fmt.Sprintf("%.2fs", r.took.Seconds()))
-			peer, gcs = append(peer, r.c.peer), append(gcs, r.c.gcs)
 			samples += r.samples
 			bad += r.bad
 		}
@@ -164,33 +194,29 @@ func rankAware(ctx context.Context, o opts) error {
 		if ep > 0 {
 			target = " (target ≤ 0.05·D)"
 		}
-		report("epoch %d: peer bytes %s = %.4f·D%s, per node %v; GCS bytes %s = %.4f·D, per node %v; node times %v; %d samples, %d mismatching",
-			ep, mib(sum(peer)), float64(sum(peer))/float64(D), target, mibs(peer), mib(sum(gcs)),
-			float64(sum(gcs))/float64(D), mibs(gcs), times, samples, bad)
+		report("epoch %d: peer bytes %s = %.4f·D%s, per node %v; GCS bytes %s = %.4f·D, per proxy %v; node times %v; %d samples, %d mismatching",
+			ep, mib(sum(d.peer)), float64(sum(d.peer))/float64(D), target, mibs(d.peer), mib(d.gcs),
+			float64(d.gcs)/float64(D), mibs(d.gcsPer), times, samples, bad)
 	}
 	traffic(ctx, h)
 	return h.Close()
 }
 
-// readLoader reads epochs epochs of the dataset on n as rank k of world
-// (one rank per node) through one loader session of n's daemon, checking
-// that each sample's x row and y value carry its id, and reading n's
-// counters at each epoch's end.
-func readLoader(ctx context.Context, n *fleettest.Node, k, world, epochs int) ([]loaderEpoch, error) {
+// readLoader reads o.loaderEpochs epochs of the dataset on n as rank k of
+// world (one rank per node, shuffle o.loaderShuffle) through one loader
+// session of n's daemon, checking
+// that each sample's x row and y value carry its id. At each epoch's end
+// it waits at bar.
+func readLoader(ctx context.Context, n *fleettest.Node, k, world int, o opts, bar *epochBarrier) ([]loaderEpoch, error) {
+	epochs := o.loaderEpochs
 	c, err := control.Dial(ctx, n.Socket)
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	prev, err := nodeCounters(octx, n)
-	if err != nil {
-		return nil, err
-	}
 	t0 := time.Now()
-	lc, err := c.OpenLoader(octx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
-		BatchSize: 256, Shuffle: "node", Seed: 17, Epochs: epochs, Rank: k, World: world, RanksPerNode: 1})
+	lc, err := c.OpenLoader(ctx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
+		BatchSize: 256, Shuffle: o.loaderShuffle, Seed: 17, Epochs: epochs, Rank: k, World: world, RanksPerNode: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +224,7 @@ func readLoader(ctx context.Context, n *fleettest.Node, k, world, epochs int) ([
 	var out []loaderEpoch
 	var cur loaderEpoch
 	for {
-		m, err := lc.Recv(octx)
+		m, err := lc.Recv(ctx)
 		if err != nil {
 			return out, err
 		}
@@ -215,14 +241,19 @@ func readLoader(ctx context.Context, n *fleettest.Node, k, world, epochs int) ([
 			cur.samples += int(m.N)
 			cur.bad += b
 		case ring.EpochEnd:
-			cur.took = time.Since(t0)
-			now, err := nodeCounters(octx, n)
-			if err != nil {
-				return out, err
+			if len(out) == epochs {
+				return out, fmt.Errorf("loader session: more than %d epochs", epochs)
 			}
-			cur.c = counters{now.peer - prev.peer, now.origin - prev.origin, now.served - prev.served, now.gcs - prev.gcs}
+			cur.took = time.Since(t0)
+			ep := len(out)
 			out = append(out, cur)
-			cur, prev, t0 = loaderEpoch{}, now, time.Now()
+			bar.arrived[ep].Done()
+			select {
+			case <-bar.released[ep]:
+			case <-ctx.Done():
+				return out, ctx.Err()
+			}
+			cur, t0 = loaderEpoch{}, time.Now()
 		case ring.End:
 			if len(out) != epochs {
 				return out, fmt.Errorf("loader session: End after %d epochs; want %d", len(out), epochs)
