@@ -88,7 +88,7 @@ func main() {
 	flag.StringVar(&o.phases, "phases", "1234567", "phases to run (digits)")
 	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
 	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
-	flag.IntVar(&o.soloWarm, "solo-warm", 5, "phase 5: warm epochs after each cold one")
+	flag.IntVar(&o.soloWarm, "solo-warm", 9, "phase 5: warm epochs after each cold one")
 	flag.IntVar(&o.shards, "shards", 24, "phase 6: .npy shards (an x and a y file each)")
 	flag.IntVar(&o.rows, "rows", 2048, "phase 6: rows per shard")
 	flag.IntVar(&o.rowBytes, "row-bytes", 1024, "phase 6: bytes of each x row")
