@@ -83,6 +83,7 @@ type epochBarrier struct {
 	released []chan struct{}  // per epoch, closed once the counters are read
 }
 
+// newEpochBarrier returns a barrier for nodes loaders over epochs epochs.
 func newEpochBarrier(nodes, epochs int) *epochBarrier {
 	b := &epochBarrier{arrived: make([]sync.WaitGroup, epochs), released: make([]chan struct{}, epochs)}
 	for ep := range epochs {
@@ -96,7 +97,9 @@ func newEpochBarrier(nodes, epochs int) *epochBarrier {
 // per warm epoch": an .npy dataset of o.shards shards is uploaded to the
 // emulator, and each of N nodes runs one loader session through its daemon
 // with the node shuffle (rank k of N, one rank per node, so node k reads
-// its fixed partition), all nodes at once, for o.loaderEpochs epochs. At
+// its fixed partition; -loader-shuffle picks another mode to compare),
+// all nodes at once, for o.loaderEpochs epochs, each node's disk budget
+// o.loaderBudget·D. At
 // each epoch's end every node waits for the others (a node's loader may
 // gather up to its ring's slots ahead meanwhile) and the counters are read:
 // per epoch it reports the bytes the nodes received from peers and the
@@ -113,9 +116,9 @@ func rankAware(ctx context.Context, o opts) error {
 	}); err != nil {
 		return err
 	}
-	// The harness's own synthetic dataset is one small object, unread.
 	B := int64(o.loaderBudget * float64(D))
 	cfg := o.cfg(N, B, false)
+	// The harness's own synthetic dataset is one small object, unread.
 	cfg.Objects, cfg.Size = 1, 4096
 	h, err := start(ctx, cfg)
 	if err != nil {
