@@ -4,7 +4,13 @@
 # node, peer links capped with tc. Needs root, iproute2 and curl; touches
 # only namespaces it creates (named cas<runid>…, removed on exit).
 #
-#   sudo scripts/bench/fleet.sh [flags of scripts/bench/fleet, e.g. -nodes 3 -objects 48 -size 2MiB -gcs-mbit 40 -peer-mbit 160]
+#   sudo scripts/bench/fleet.sh [flags of scripts/bench/fleet, e.g. -nodes 3 -objects 48 -size 2MiB -gcs-mbit 40 -peer-mbit 160 -phases 1234567]
+#
+# Phases (scripts/bench/fleet/main.go): 1 one node alone; 2 cold and warm
+# epochs of N nodes; 3 capacity (D = 2.5·B); 4 SIGKILL mid-epoch; 5 one node
+# with a fleet section vs without (-solo-objects, -solo-rounds, -solo-warm);
+# 6 rank-aware loading (-shards, -rows, -row-bytes, -loader-epochs); 7 the hot
+# spot (-hot-size, -hot-gcs-mbit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" != 0 ]; then

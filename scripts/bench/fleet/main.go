@@ -3,7 +3,7 @@
 // the figures of issue 18's "Performance" section as counts and ratios.
 // It needs root; scripts/bench/fleet.sh builds the binaries and runs it.
 //
-//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160]
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 1234567]
 //
 // An epoch is every node reading every object of the dataset once
 // (`cacheagent cat` through its daemon, -readers at a time per node, each
@@ -11,15 +11,26 @@
 //
 //  1. one node alone, no fleet section, on the same shaped GCS link: cold
 //     epoch time (today's figure);
-//  2. N nodes, fleet, disk budget B = D/2.5 each (so D = 2.5·B, N·B ≥ D):
-//     epoch 1 cold (GCS bytes vs D and N·D, time per node vs phase 1),
-//     then is every object cached somewhere, then epochs 2 and 3 (GCS bytes
-//     vs 0.01·D); each node's disk use sampled every 100 ms against B;
-//  3. N nodes, fleet, ample budget: a cold epoch with node N SIGKILLed at
-//     half of phase 2's epoch-1 time: survivors' epoch time, their slowest
-//     single read (the stall), extra GCS bytes, corrupt bytes.
+//  2. N nodes, fleet, ample budget (2·D each): epoch 1 cold (GCS bytes vs
+//     D and N·D, time per node vs phase 1), epoch 2 warm (GCS bytes vs
+//     0.01·D);
+//  3. N nodes, fleet, disk budget B = D/2.5 each (so D = 2.5·B, N·B ≥ D):
+//     epoch 1 cold, then is every object cached somewhere, then epochs 2
+//     and 3 (GCS bytes vs 0.01·D); each node's disk use sampled every
+//     100 ms against B;
+//  4. N nodes, fleet, ample budget: a cold epoch with node N SIGKILLed at
+//     half the link-bound estimate: survivors' epoch time, their slowest
+//     single read (the stall), extra GCS bytes, corrupt bytes;
+//  5. one node with a fleet section against the same node without one
+//     (solo.go): cold and warm epoch times, alternated;
+//  6. rank-aware loading (rankaware.go): one loader session per node with
+//     the node shuffle over an .npy dataset, peer and GCS bytes per epoch;
+//  7. the hot spot (hotspot.go): one object cached by its owner, read by
+//     every node at once: time against its size over the peer rate, and
+//     the busiest server's bytes against the mean.
 //
-// Every byte read is compared with the emulator's content.
+// Every byte read is compared with the emulator's content (phase 6: each
+// sample's rows with its id; phase 7: `cacheagent verify`).
 package main
 
 import (
@@ -49,6 +60,18 @@ type opts struct {
 	firstByte         time.Duration
 	readers           int
 	phases            string
+	// Phase 5: the dataset's objects (of -size), the rounds of
+	// without/with a fleet section, the warm epochs of each.
+	soloObjects, soloRounds, soloWarm int
+	// Phase 6: the .npy dataset (shards of rows rows of rowBytes), the
+	// epochs each node's loader reads, its shuffle mode, and each node's
+	// disk budget as a share of the dataset.
+	shards, rows, rowBytes, loaderEpochs int
+	loaderShuffle                        string
+	loaderBudget                         float64
+	// Phase 7: the hot object's size and the GCS rate while it is warmed.
+	hotSize    int64
+	hotGCSMbit int
 }
 
 func main() {
@@ -62,14 +85,27 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
-	flag.StringVar(&o.phases, "phases", "1234", "phases to run (digits)")
+	flag.StringVar(&o.phases, "phases", "1234567", "phases to run (digits)")
+	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
+	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
+	flag.IntVar(&o.soloWarm, "solo-warm", 9, "phase 5: warm epochs after each cold one")
+	flag.IntVar(&o.shards, "shards", 24, "phase 6: .npy shards (an x and a y file each)")
+	flag.IntVar(&o.rows, "rows", 2048, "phase 6: rows per shard")
+	flag.IntVar(&o.rowBytes, "row-bytes", 1024, "phase 6: bytes of each x row")
+	flag.IntVar(&o.loaderEpochs, "loader-epochs", 3, "phase 6: epochs each node's loader reads")
+	flag.StringVar(&o.loaderShuffle, "loader-shuffle", "node", "phase 6: the loaders' shuffle mode (node; shard-window to compare)")
+	flag.Float64Var(&o.loaderBudget, "loader-budget", 2, "phase 6: each node's disk budget, as a share of the dataset")
+	var hot string
+	flag.StringVar(&hot, "hot-size", "256MiB", "phase 7: size of the hot object")
+	flag.IntVar(&o.hotGCSMbit, "hot-gcs-mbit", 0, "phase 7: GCS link rate while the owner warms the hot object (0: uncapped)")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
-	if err != nil || o.bin == "" {
-		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size must be a size")
+	hn, herr := humanize.ParseBytes(hot)
+	if err != nil || herr != nil || o.bin == "" {
+		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size and -hot-size must be sizes")
 		os.Exit(2)
 	}
-	o.size = int64(n)
+	o.size, o.hotSize = int64(n), int64(hn)
 	if err := fleettest.Check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
@@ -83,11 +119,25 @@ func main() {
 // content is object i's bytes (gcsemu's pattern).
 func (o opts) content(i int) []byte { return emulator.Pattern(uint64(i)+1, int(o.size)) }
 
+// cfg is the harness configuration of a fleet of nodes reading o's
+// dataset with disk budget diskMax each.
 func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
 	return fleettest.Config{Nodes: nodes, Bin: o.bin, Bucket: "bench", Prefix: "data/", Objects: o.objects,
 		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
 		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: 16,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+}
+
+// start starts a harness with cfg, closing it when Start fails.
+func start(ctx context.Context, cfg fleettest.Config) (*fleettest.Harness, error) {
+	h, err := fleettest.Start(ctx, cfg)
+	if err != nil {
+		if h != nil {
+			h.Close()
+		}
+		return nil, err
+	}
+	return h, nil
 }
 
 // epoch is one node's read of the whole dataset.
@@ -155,84 +205,6 @@ func readAll(ctx context.Context, o opts, h *fleettest.Harness, nodes []*fleette
 	return out
 }
 
-func diff(a, b []byte) int64 {
-	d := int64(max(len(a), len(b)) - min(len(a), len(b)))
-	for i := range min(len(a), len(b)) {
-		if a[i] != b[i] {
-			d++
-		}
-	}
-	return d
-}
-
-// sampler records each node's highest disk use, every 100 ms.
-type sampler struct {
-	stop chan struct{}
-	done sync.WaitGroup
-	mu   sync.Mutex
-	max  []int64
-}
-
-func sample(ctx context.Context, nodes []*fleettest.Node) *sampler {
-	s := &sampler{stop: make(chan struct{}), max: make([]int64, len(nodes))}
-	s.done.Go(func() {
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			for k, n := range nodes {
-				if u, err := n.DiskUsed(ctx); err == nil {
-					s.mu.Lock()
-					s.max[k] = max(s.max[k], u)
-					s.mu.Unlock()
-				}
-			}
-			select {
-			case <-s.stop:
-				return
-			case <-t.C:
-			}
-		}
-	})
-	return s
-}
-
-func (s *sampler) end() []int64 {
-	close(s.stop)
-	s.done.Wait()
-	return s.max
-}
-
-func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-
-func times(es []epoch) string {
-	var p []string
-	for _, e := range es {
-		p = append(p, fmt.Sprintf("%.2fs", e.took.Seconds()))
-	}
-	return strings.Join(p, " ")
-}
-
-func meanTook(es []epoch) float64 {
-	var s float64
-	for _, e := range es {
-		s += e.took.Seconds()
-	}
-	return s / float64(len(es))
-}
-
-func problems(es []epoch) (errs int, corrupt int64, first string) {
-	for _, e := range es {
-		errs += e.errors
-		corrupt += e.corrupt
-		if first == "" {
-			first = e.firstEr
-		}
-	}
-	return
-}
-
-func report(format string, a ...any) { fmt.Printf(format+"\n", a...) }
-
 func run(ctx context.Context, o opts) error {
 	D := int64(o.objects) * o.size
 	N := o.nodes
@@ -280,7 +252,7 @@ func run(ctx context.Context, o opts) error {
 		g1, per, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es)
 		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
-			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), per)
+			mib(g1), float64(g1)/float64(D), mib(int64(N)*D), mibs(per))
 		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
 		if alone > 0 {
 			sp := alone / meanTook(es)
@@ -321,7 +293,7 @@ func run(ctx context.Context, o opts) error {
 		g1, per, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es)
 		report("epoch 1 (cold): GCS bytes %s = %.3f·D (target ≤ 1.05·D; without the fleet N·D = %s); per proxy %v",
-			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), per)
+			mib(g1-g0), float64(g1-g0)/float64(D), mib(int64(N)*D), mibs(per))
 		report("epoch 1 times per node: %s (mean %.2fs); read errors %d %s; corrupt bytes %d", times(es), meanTook(es), errs, first, corrupt)
 		traffic(ctx, h)
 		// Is everything cached somewhere?
@@ -363,7 +335,7 @@ func run(ctx context.Context, o opts) error {
 		h.Close()
 	}
 
-	// Phase 3: SIGKILL one node mid-epoch.
+	// Phase 4: SIGKILL one node mid-epoch.
 	if strings.Contains(o.phases, "4") {
 		h, err := fleettest.Start(ctx, o.cfg(N, 2*D, false))
 		if err != nil {
@@ -408,57 +380,17 @@ func run(ctx context.Context, o opts) error {
 					mibMap(t.PeerBytes), nonzero(t.PeerErrors), t.Fallbacks, t.FallbackWaits)
 			}
 		}
+		h.Close()
 	}
-	return nil
-}
-
-func traffic(ctx context.Context, h *fleettest.Harness) {
-	for _, n := range h.Nodes {
-		if fs, err := n.Fleet(ctx); err == nil {
-			t := fs.Traffic
-			report("  %s: origin %s, from peers %v, served %s, peer errors %v, fallbacks %d", n.Name, mib(t.OriginBytes),
-				mibMap(t.PeerBytes), mib(t.ServedBytes), nonzero(t.PeerErrors), t.Fallbacks)
-		}
-	}
-}
-
-func mibMap(m map[string]int64) map[string]string {
-	o := map[string]string{}
-	for k, v := range m {
-		o[k] = mib(v)
-	}
-	return o
-}
-
-func nonzero(m map[string]int64) map[string]int64 {
-	o := map[string]int64{}
-	for k, v := range m {
-		if v != 0 {
-			o[k] = v
-		}
-	}
-	return o
-}
-
-func mibs(b []int64) []string {
-	var o []string
-	for _, x := range b {
-		o = append(o, mib(x))
-	}
-	return o
-}
-
-func cpuModel() string {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return "?"
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "model name") {
-			if _, v, ok := strings.Cut(l, ":"); ok {
-				return strings.TrimSpace(v)
+	for _, p := range []struct {
+		digit string
+		run   func(context.Context, opts) error
+	}{{"5", solo}, {"6", rankAware}, {"7", hotSpot}} {
+		if strings.Contains(o.phases, p.digit) {
+			if err := p.run(ctx, o); err != nil {
+				return fmt.Errorf("phase %s: %w", p.digit, err)
 			}
 		}
 	}
-	return "?"
+	return nil
 }
