@@ -100,7 +100,7 @@ var tierTable = []metric[stats.Tier]{
 		func(t stats.Tier) float64 { return float64(t.VerifiedBytes) }),
 	counter(desc("cacheagent_tier_verified_total", "Copies whose CRC32C verification found intact.", "tier"),
 		func(t stats.Tier) float64 { return float64(t.Verified) }),
-	counter(desc("cacheagent_tier_unverifiable_total", "Copies verified by size only: their source gives no CRC32C.", "tier"),
+	counter(desc("cacheagent_tier_unverifiable_total", "Copies verified by size only: indexed without a CRC32C.", "tier"),
 		func(t stats.Tier) float64 { return float64(t.Unverifiable) }),
 	counter(desc("cacheagent_tier_corrupt_total", "Copies dropped because their bytes did not match their CRC32C.", "tier"),
 		func(t stats.Tier) float64 { return float64(t.Corrupt) }),

@@ -60,7 +60,8 @@ type Tier struct {
 	// VerifiedBytes counts the bytes of the tier's copies read by
 	// verification (tier.Cache.Verify: cacheagent verify, the scrub);
 	// Verified the copies whose CRC32C matched the index, Unverifiable the
-	// copies of objects without a CRC32C (checked by size only), Corrupt
+	// copies indexed without a CRC32C (checked by size only: filled
+	// before copies of sources without one got their bytes' CRC32C), Corrupt
 	// the copies whose bytes did not match (or could not be read) and
 	// were dropped.
 	VerifiedBytes int64 `json:"verified_bytes"`

@@ -14,9 +14,11 @@ type Verify struct {
 	// Verified counts the copies whose CRC32C matched the one the index
 	// records.
 	Verified int64 `json:"verified"`
-	// Unverifiable counts the copies of objects whose source gave no
-	// CRC32C (a local-directory source): their size was checked, not their
-	// bytes.
+	// Unverifiable counts the copies indexed without a CRC32C: their size
+	// was checked, not their bytes. Copies filled now always have one (a
+	// source without CRC32Cs, a local directory or a fleet's chunk copy,
+	// gets the CRC32C of the bytes as filled); older indexes may hold
+	// such copies.
 	Unverifiable int64 `json:"unverifiable"`
 	// Corrupt counts the copies whose bytes did not match their CRC32C or
 	// could not be read: dropped (doomed while in use), refetched at the

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -88,6 +89,8 @@ func TestMissThenHit(t *testing.T) {
 	c := openCache(t, env.config(dir, 64<<20))
 
 	got := openRead(t, c, obj("bkt", "dir/obj.bin"), data)
+	// The Dir source gives no CRC32C: the cache records the bytes' own.
+	a.CRC32C, a.HasCRC32C = crc32.Checksum(data, castagnoli), true
 	if got != a {
 		t.Errorf("Attrs() = %+v; want %+v", got, a)
 	}

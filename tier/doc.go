@@ -158,8 +158,11 @@
 // index recorded from the source; a copy that differs or cannot be read is
 // dropped as a damaged one is (doomed, demoted or refetched) and counted in
 // its tier's Corrupt figure, one whose file changed is dropped as damaged.
-// Objects without a CRC32C (HasCRC32C false: a Dir source) are checked by
-// size only and counted Unverifiable. Disk pages read only for the check
+// A fill whose source gave no CRC32C (HasCRC32C false: a Dir source, a
+// fleet's chunk copy) records the CRC32C of the bytes as filled, read back
+// once after the fsync, so Verify catches later damage there too; copies
+// indexed without one (by older versions) are checked by size only and
+// counted Unverifiable. Disk pages read only for the check
 // are dropped from the page cache after it.
 //
 // # Plans

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -133,6 +135,12 @@ func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*ent
 		default:
 			err = fmt.Errorf("%w (evicting everything unused would not free enough)", err)
 		}
+	}
+	if err == nil && !a.HasCRC32C && a.Size > 0 {
+		// The source gave no CRC32C (a Dir, a fleet's chunk copy): record
+		// the one of the bytes as filled, so Verify can tell later damage.
+		a.CRC32C, err = fileCRC(c.base.path(idOf(a.Bucket, a.Name, a.Generation)))
+		a.HasCRC32C = err == nil
 	}
 	if err == nil {
 		var e *entry
@@ -284,4 +292,18 @@ func (c *Cache) commit(a fetch.Attrs, fi fs.FileInfo, reservation int64) (*entry
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
 	return e, nil
+}
+
+// fileCRC returns the CRC32C of the file at path.
+func fileCRC(path string) (uint32, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("tier: checksum %s: %w", filepath.Base(path), err)
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	if _, err := io.Copy(h, f); err != nil {
+		return 0, fmt.Errorf("tier: checksum %s: %w", filepath.Base(path), err)
+	}
+	return h.Sum32(), nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sync"
@@ -238,7 +239,10 @@ func TestVerifyDoomsCopyInUse(t *testing.T) {
 	}
 }
 
-func TestVerifyDirSourceIsUnverifiable(t *testing.T) {
+// TestVerifyDirSource: a source without CRC32Cs (a Dir) gets the CRC32C of
+// each copy's bytes as filled recorded, so Verify catches a byte flipped
+// later, and a truncated file is dropped as damaged.
+func TestVerifyDirSource(t *testing.T) {
 	e := newDirEnv(t)
 	c := openCache(t, e.config(t.TempDir(), 0))
 	data := pattern(7, 5000)
@@ -247,19 +251,29 @@ func TestVerifyDirSourceIsUnverifiable(t *testing.T) {
 	openRead(t, c, obj("bkt", "x"), data)
 	openRead(t, c, obj("other", "y"), data)
 	res, err := c.Verify(context.Background(), VerifyOptions{Bucket: "bkt"})
-	if err != nil || res.Objects != 1 || res.Unverifiable != 1 || res.Verified != 0 || res.Bytes != 5000 {
-		t.Errorf("Verify(bkt) = %+v, %v; want 1 object, unverifiable, 5000 bytes", res.Verify, err)
+	if err != nil || res.Objects != 1 || res.Unverifiable != 0 || res.Verified != 1 || res.Bytes != 5000 {
+		t.Errorf("Verify(bkt) = %+v, %v; want 1 object verified, 5000 bytes", res.Verify, err)
 	}
-	if base, _ := statsOf(c); base.Unverifiable != 1 {
-		t.Errorf("Unverifiable = %d; want 1", base.Unverifiable)
+	if en, ok := c.Lookup("bkt", "x"); !ok || !en.Attrs.HasCRC32C || en.Attrs.CRC32C != crc32.Checksum(data, castagnoli) {
+		t.Errorf("Lookup(bkt/x) = %+v; want the CRC32C of its bytes recorded", en.Attrs)
 	}
-	// A file truncated behind the cache's back is dropped as damaged.
-	p := func() string {
+	pathOf := func(bucket, name string) string {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		x := c.entries[indexKey("other", "y")]
+		x := c.entries[indexKey(bucket, name)]
 		return x.st.path(x.id)
-	}()
+	}
+	flipByte(t, pathOf("bkt", "x"), 100)
+	res, err = c.Verify(context.Background(), VerifyOptions{Bucket: "bkt"})
+	if err != nil || res.Corrupt != 1 || len(res.Dropped) != 1 {
+		t.Errorf("Verify(bkt) after a flipped byte = %+v, %v; want 1 corrupt, dropped", res, err)
+	}
+	if base, _ := statsOf(c); base.Corrupt != 1 {
+		t.Errorf("Corrupt = %d; want 1", base.Corrupt)
+	}
+	openRead(t, c, obj("bkt", "x"), data)
+	// A file truncated behind the cache's back is dropped as damaged.
+	p := pathOf("other", "y")
 	release := holdWatcher(t, c, filepath.Dir(p))
 	defer release()
 	behindWatcher(t, p, func(link string) error { return os.Truncate(link, 10) })

@@ -85,7 +85,8 @@ func sizeOf(ctx context.Context) (int64, bool) {
 
 // chunkAttrs returns the attributes of chunk i of whole (pinned): its
 // length, from the origin's attributes of whole, and no CRC32C (GCS has
-// none for a range; the readers that assemble the object check it whole).
+// none for a range; the tier records the chunk's as filled, and the
+// readers that assemble the object check it whole).
 // Attributes of a generation never change, so they are remembered.
 func (s *Source) chunkAttrs(ctx context.Context, chunk, whole fetch.Object, i int) (fetch.Attrs, error) {
 	if whole.Generation <= 0 {

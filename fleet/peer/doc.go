@@ -25,8 +25,9 @@
 // name holds a NUL, so these never meet a real object; listings leave
 // them out, see [IsChunk]). The Source's Stat of a chunk copy returns the
 // chunk's length from the origin's attributes of the object (remembered
-// per generation) and no CRC32C: GCS has none for a range, and the
-// readers check the object they assemble whole.
+// per generation) and no CRC32C: GCS has none for a range (the tier
+// records the CRC32C of the chunk as filled, which its scrub checks), and
+// the readers check the object they assemble whole against GCS's.
 //
 // A node filling a whole copy of a chunked object (a fetch.Downloader
 // slice never spans chunks: the daemon sets SliceSize to the chunk size)
