@@ -29,6 +29,9 @@ type FS struct {
 	uid, gid    uint32
 	started     time.Time // directories' times
 	passthrough bool      // open files offer their descriptor for passthrough
+	// backings holds the files' registered backings where the server
+	// answers opens for passthrough itself (Mount); nil otherwise.
+	backings *backings
 	// now, openStart and openDone are seams for tests, set before use.
 	now       func() time.Time
 	openStart func(o fetch.Object)
@@ -135,6 +138,9 @@ func (f *FS) Close() error {
 	var errs []error
 	for _, h := range hs {
 		errs = append(errs, h.close())
+	}
+	if f.backings != nil {
+		errs = append(errs, f.backings.close())
 	}
 	return errors.Join(errs...)
 }
