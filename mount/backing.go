@@ -77,9 +77,10 @@ type backings struct {
 	closed  bool
 }
 
-// newBackings returns an empty backing cache registering with kernel.
-func newBackings(kernel kernelBacking) *backings {
-	return &backings{kernel: kernel, maxIdle: maxIdleBackings, maxBytes: maxIdleBackingBytes,
+// newBackings returns an empty backing cache registering with kernel and
+// keeping at most maxIdle files idle.
+func newBackings(kernel kernelBacking, maxIdle int) *backings {
+	return &backings{kernel: kernel, maxIdle: maxIdle, maxBytes: maxIdleBackingBytes,
 		pending: make(map[<-chan struct{}]int32), stop: make(chan struct{})}
 }
 

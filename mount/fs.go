@@ -32,10 +32,12 @@ type FS struct {
 	// backings holds the files' registered backings where the server
 	// answers opens for passthrough itself (Mount); nil otherwise.
 	backings *backings
-	// now, openStart and openDone are seams for tests, set before use.
-	now       func() time.Time
-	openStart func(o fetch.Object)
-	openDone  func(o fetch.Object, errno syscall.Errno)
+	// now, openStart, openDone and maxIdleBackings (the bound of
+	// backings' idle files) are seams for tests, set before use.
+	now             func() time.Time
+	maxIdleBackings int
+	openStart       func(o fetch.Object)
+	openDone        func(o fetch.Object, errno syscall.Errno)
 
 	stats counters
 	// probes shares the existence checks of dynamic buckets, by name.
@@ -88,7 +90,7 @@ func New(cfg Config) (*FS, error) {
 	f := &FS{
 		cfg: s, buckets: make(map[string]*bucketView, len(s.buckets)),
 		uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(),
-		passthrough: s.passthrough, now: time.Now,
+		passthrough: s.passthrough, now: time.Now, maxIdleBackings: maxIdleBackings,
 		handles: make(map[*handle]struct{}), cancels: make(map[uint64]context.CancelFunc),
 		warned: make(map[string]struct{}), missing: make(map[string]time.Time),
 	}

@@ -59,7 +59,7 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 		return nil, err
 	}
 	opts := f.options()
-	bks := newBackings(nil)
+	bks := newBackings(nil, f.maxIdleBackings)
 	raw := &passthroughFS{RawFileSystem: fs.NewNodeFS(f.root, opts), c: bks}
 	srv, err := fuse.NewServer(raw, mp, &opts.MountOptions)
 	if err != nil {
