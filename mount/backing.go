@@ -19,14 +19,18 @@ import (
 )
 
 // Bounds of the backing cache: how many files, and how many bytes, stay
-// open and registered with the kernel while no one has them open.
+// open and registered with the kernel while no one has them open. An idle
+// backing holds a cache handle, so the cache's LRU eviction skips its copy
+// (an explicit Evict or a newer generation still removes it, and the sweep
+// then closes the backing): the byte bound is what the mount may keep from
+// being evicted beyond the files actually open.
 const (
 	maxIdleBackings     = 4096
-	maxIdleBackingBytes = 1 << 30
+	maxIdleBackingBytes = 256 << 20
 	// maxIdleBackingSize is the largest file kept once closed: reusing the
 	// open matters for small files, and a large one would pin much of the
 	// cache.
-	maxIdleBackingSize = 64 << 20
+	maxIdleBackingSize = 16 << 20
 	// sweepInterval is how often idle backings whose copy left the cache
 	// (evicted, replaced or demoted) are closed, giving back its space.
 	sweepInterval = 5 * time.Second
