@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,10 +46,18 @@ func (e *env) pendingBytes() int64 {
 	return n
 }
 
+// backingMount is a passthrough mount of small objects.
+type backingMount struct {
+	e    *env
+	srv  *Server
+	f    *FS
+	mp   string
+	objs []fakestorage.Object
+}
+
 // newBackingMount mounts count small objects ("data/f0" …) in passthrough
-// mode and returns the mount's FS; it skips where passthrough is
-// unavailable.
-func newBackingMount(t *testing.T, count int) (*env, *FS, string, []fakestorage.Object) {
+// mode; it skips where passthrough is unavailable.
+func newBackingMount(t *testing.T, count int) *backingMount {
 	t.Helper()
 	var objs []fakestorage.Object
 	for i := range count {
@@ -60,7 +69,7 @@ func newBackingMount(t *testing.T, count int) (*env, *FS, string, []fakestorage.
 	if !srv.Passthrough() {
 		t.Skip("the kernel offers no passthrough here")
 	}
-	return e, f, mp, objs
+	return &backingMount{e: e, srv: srv, f: f, mp: mp, objs: objs}
 }
 
 // readObj reads object o through the mount at mp and checks its bytes.
@@ -79,7 +88,8 @@ func readObj(t *testing.T, mp string, o fakestorage.Object) {
 // at once, uses the one backing registered at its first open, which stays
 // registered once the file is closed.
 func TestBackingReuse(t *testing.T) {
-	_, f, mp, objs := newBackingMount(t, 1)
+	m := newBackingMount(t, 1)
+	f, mp, objs := m.f, m.mp, m.objs
 	for range 3 {
 		readObj(t, mp, objs[0])
 	}
@@ -115,7 +125,8 @@ func TestBackingReuse(t *testing.T) {
 // TestBackingBound checks that idle backings beyond the bound are closed,
 // least recently used first, and registered again at the next open.
 func TestBackingBound(t *testing.T) {
-	_, f, mp, objs := newBackingMount(t, 4)
+	m := newBackingMount(t, 4)
+	f, mp, objs := m.f, m.mp, m.objs
 	f.backings.setMaxIdle(2)
 	for _, o := range objs { // f0 and f1 leave for f2 and f3
 		readObj(t, mp, o)
@@ -132,10 +143,49 @@ func TestBackingBound(t *testing.T) {
 	})
 }
 
+// TestBackingConcurrentOpens opens a few files from many goroutines while
+// the bound of one idle backing keeps closing and registering them: every
+// open of an inode must get the backing its other opens have (the kernel
+// refuses another one while the inode is open), and every read its bytes.
+func TestBackingConcurrentOpens(t *testing.T) {
+	m := newBackingMount(t, 3)
+	m.f.backings.setMaxIdle(1)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 40 {
+				o := m.objs[(g+i)%len(m.objs)]
+				got, err := os.ReadFile(filepath.Join(m.mp, o.BucketName, o.Name))
+				if err == nil && string(got) != string(o.Content) {
+					err = fmt.Errorf("%s: read %d bytes, not its %d", o.Name, len(got), len(o.Content))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	waitFor(t, "one backing idle", func() bool {
+		st := m.f.backings.state()
+		return st.idle == 1 && st.registered == st.unregistered+1
+	})
+	if n := m.f.Stats().OpenErrors; n != 0 {
+		t.Errorf("%d opens failed", n)
+	}
+}
+
 // TestBackingForget checks that a backing is closed when the kernel
 // forgets the file's inode.
 func TestBackingForget(t *testing.T) {
-	_, f, mp, objs := newBackingMount(t, 1)
+	m := newBackingMount(t, 1)
+	f, mp, objs := m.f, m.mp, m.objs
 	readObj(t, mp, objs[0])
 	waitFor(t, "the backing idle", func() bool { return f.backings.state().idle == 1 })
 	// Dropping the kernel's unused dentries and inodes sends FORGET.
@@ -156,7 +206,8 @@ func TestBackingForget(t *testing.T) {
 // space only until the next sweep or open, and that the next open reads
 // a fresh copy.
 func TestBackingEvicted(t *testing.T) {
-	e, f, mp, objs := newBackingMount(t, 2)
+	m := newBackingMount(t, 2)
+	e, f, mp, objs := m.e, m.f, m.mp, m.objs
 	for _, o := range objs {
 		readObj(t, mp, o)
 	}
@@ -179,6 +230,39 @@ func TestBackingEvicted(t *testing.T) {
 	if st := f.backings.state(); st.registered != 3 || st.unregistered != 2 || st.idle != 1 {
 		t.Errorf("after eviction: %+v; want 3 registrations, 2 closed, 1 idle", st)
 	}
+}
+
+// TestBackingClosedAtUnmount checks that the idle backings give their
+// cache handles back when the mount ends.
+func TestBackingClosedAtUnmount(t *testing.T) {
+	m := newBackingMount(t, 2)
+	e, f, mp, objs := m.e, m.f, m.mp, m.objs
+	for _, o := range objs {
+		readObj(t, mp, o)
+	}
+	waitFor(t, "both backings idle", func() bool { return f.backings.state().idle == 2 })
+	if n := e.inUseBytes(); n == 0 {
+		t.Fatal("no cache bytes in use with two idle backings")
+	}
+	if err := m.srv.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	m.srv.Wait()
+	if n := e.inUseBytes(); n != 0 {
+		t.Errorf("cache bytes in use after the unmount: %d, want 0", n)
+	}
+	if st := f.backings.state(); st.idle != 0 {
+		t.Errorf("after the unmount: %+v; want none idle", st)
+	}
+}
+
+// inUseBytes returns the cache's space with open handles.
+func (e *env) inUseBytes() int64 {
+	var n int64
+	for _, t := range e.cache.Stats().Tiers {
+		n += t.InUseBytes
+	}
+	return n
 }
 
 // waitFor polls cond until it holds, failing after a few seconds: a

@@ -119,8 +119,8 @@ func (f *FS) Stats() Stats {
 
 // Close cancels listings in progress, waits for them and closes the cache
 // handles of files the kernel never released (a server that stopped with
-// files open). Call it once the server has stopped; a second Close does
-// nothing.
+// files open) and of the files' idle backings. Call it once the server has
+// stopped; a second Close does nothing.
 func (f *FS) Close() error {
 	f.mu.Lock()
 	if f.closed {
@@ -138,11 +138,13 @@ func (f *FS) Close() error {
 	f.mu.Unlock()
 	f.bg.Wait()
 	var errs []error
+	if f.backings != nil {
+		// First: the server is gone, and with it the backing ids, which
+		// the backings released below then do not unregister.
+		errs = append(errs, f.backings.close())
+	}
 	for _, h := range hs {
 		errs = append(errs, h.close())
-	}
-	if f.backings != nil {
-		errs = append(errs, f.backings.close())
 	}
 	return errors.Join(errs...)
 }
