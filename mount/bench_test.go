@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -124,12 +125,13 @@ func readAll(path string, buf []byte) (int64, error) {
 	}
 }
 
-// benchMount mounts w's cache in the given mode for a benchmark.
-func benchMount(b *testing.B, c Cache, src Lister, m mode) (*Server, string) {
+// benchMount mounts w's cache in the given mode for a benchmark; seams (if
+// any) sets up the FS first.
+func benchMount(b *testing.B, c Cache, src Lister, m mode, seams func(*FS)) (*Server, string) {
 	b.Helper()
 	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1}
 	m.apply(&cfg)
-	srv := mountAt(b, filepath.Join(b.TempDir(), "mnt"), cfg, nil)
+	srv := mountAt(b, filepath.Join(b.TempDir(), "mnt"), cfg, seams)
 	return srv, srv.Mountpoint()
 }
 
@@ -171,7 +173,7 @@ func BenchmarkWarmSequential(b *testing.B) {
 	buf := make([]byte, benchReadBuf)
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
-			srv, mp := benchMount(b, w.cache, w.src, m)
+			srv, mp := benchMount(b, w.cache, w.src, m, nil)
 			through := []string{filepath.Join(mp, "data", "big.bin")}
 			timeRead(b, through, buf, size) // warm both page caches
 			timeRead(b, w.paths, buf, size)
@@ -194,7 +196,10 @@ func BenchmarkWarmSequential(b *testing.B) {
 }
 
 // BenchmarkWarmSmallFiles opens, reads and closes cached 100 KiB files
-// through the mount and straight from the cached files.
+// through the mount and straight from the cached files. In mode
+// "passthrough-reopen" no backing stays idle, so every open opens and
+// registers its file again, as it does once a dataset has many more files
+// than the backings kept idle.
 func BenchmarkWarmSmallFiles(b *testing.B) {
 	const size = 100 << 10
 	n := 1000
@@ -207,9 +212,14 @@ func BenchmarkWarmSmallFiles(b *testing.B) {
 	}
 	w := newWarmCache(b, names, size)
 	buf := make([]byte, 128<<10)
-	for _, m := range modes {
+	reopen := mode{name: "passthrough-reopen"}
+	for _, m := range append(slices.Clone(modes), reopen) {
 		b.Run(m.name, func(b *testing.B) {
-			srv, mp := benchMount(b, w.cache, w.src, m)
+			var seams func(*FS)
+			if m == reopen {
+				seams = func(f *FS) { f.maxIdleBackings = 0 }
+			}
+			srv, mp := benchMount(b, w.cache, w.src, m, seams)
 			through := make([]string, n)
 			for i, a := range w.objs {
 				through[i] = filepath.Join(mp, "data", a.Name)

@@ -83,6 +83,19 @@
 // cached across opens (FOPEN_KEEP_CACHE; objects never change within a
 // generation). Closing a file costs no round trip (FOPEN_NOFLUSH).
 //
+// With passthrough, a file's cached copy is opened and registered with the
+// kernel (a backing file) at its first open, and every later open of the
+// same inode reuses it: the reply only names the registered backing, with no
+// cache lookup, no open(2) and no registration. The backing stays while the
+// file is open and, once closed, among the most recently used idle ones (at
+// most 4096 files and 256 MiB, none over 16 MiB); it is closed when the
+// kernel forgets the inode, when it falls out of that bound, and (within 5
+// seconds, or at the next open) when its copy leaves the cache. An idle
+// backing holds a cache handle: the cache's LRU eviction passes its copy
+// over, so the bound is what the mount may keep from eviction beyond the
+// files open. A dataset with many more files than the bound, read once per
+// epoch, reopens every file (no gain, and no loss).
+//
 // # Kernel caching
 //
 // The kernel caches names (entries) for the ListTTL, and failed lookups
@@ -138,7 +151,9 @@
 //
 // Every method of FS and Server is safe for concurrent use. FS.mu guards the
 // open handles, background listings and (dynamic mounts) the buckets found
-// and found missing, bucketView.mu a bucket's current listing; neither is held during I/O, and they are never held together.
+// and found missing, bucketView.mu a bucket's current listing, backings.mu
+// the files' backings; none is held during I/O, and no two are held
+// together.
 //
 // # Deadlocks
 //

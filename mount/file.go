@@ -21,7 +21,8 @@ import (
 // release, so fd stays valid for every read it answers.
 type handle struct {
 	f      *FS
-	th     *tier.Handle
+	th     *tier.Handle // nil when bk holds it
+	bk     *backing     // the file's shared backing, in passthrough mounts
 	fd     uintptr
 	closed atomic.Bool
 }
@@ -39,11 +40,15 @@ var (
 	_ fuse.ReadResult        = (*unopenedRead)(nil)
 )
 
-// open opens generation a through the cache and returns the file handle for
-// the kernel. b is a's bucket.
-func (f *FS) open(ctx context.Context, b *bucketView, a fetch.Attrs) (fs.FileHandle, syscall.Errno) {
+// open opens n's generation through the cache and returns the file handle
+// for the kernel. In a passthrough mount the handle shares n's backing,
+// whose id it offers for the reply.
+func (f *FS) open(ctx context.Context, n *fileNode) (fs.FileHandle, syscall.Errno) {
 	f.stats.opens.Add(1)
-	h, en := f.openHandle(ctx, b, a)
+	if f.backings != nil {
+		return f.openBacking(ctx, n)
+	}
+	h, en := f.openHandle(ctx, n.b, n.attrs)
 	if en != 0 {
 		f.stats.openErrors.Add(1)
 		return nil, en
@@ -66,7 +71,28 @@ func (f *FS) openHandle(ctx context.Context, b *bucketView, a fetch.Attrs) (*han
 			"err", errors.Join(fmt.Errorf("open cached file: %w", err), th.Close()))
 		return nil, syscall.EIO
 	}
-	h := &handle{f: f, th: th, fd: uintptr(fd)}
+	return f.addHandle(&handle{f: f, th: th, fd: uintptr(fd)})
+}
+
+// openBacking opens n on its shared backing and offers the backing's id
+// for the reply.
+func (f *FS) openBacking(ctx context.Context, n *fileNode) (fs.FileHandle, syscall.Errno) {
+	bk, en := f.backings.acquire(ctx, f, n)
+	if en != 0 {
+		f.stats.openErrors.Add(1)
+		return nil, en
+	}
+	h, en := f.addHandle(&handle{f: f, bk: bk, fd: uintptr(bk.fd)})
+	if en != 0 {
+		f.stats.openErrors.Add(1)
+		return nil, en
+	}
+	f.backings.offer(ctx, bk)
+	return h, 0
+}
+
+// addHandle counts h among the open files, or closes it if f is closed.
+func (f *FS) addHandle(h *handle) (*handle, syscall.Errno) {
 	f.mu.Lock()
 	closed := f.closed
 	if !closed {
@@ -78,6 +104,14 @@ func (f *FS) openHandle(ctx context.Context, b *bucketView, a fetch.Attrs) (*han
 		return nil, syscall.EIO
 	}
 	return h, 0
+}
+
+// object names the handle's object, for logs.
+func (h *handle) object() string {
+	if h.bk != nil {
+		return h.bk.node.attrs.Object.String()
+	}
+	return h.th.Attrs().Object.String()
 }
 
 // openErrno maps a failed cache open of o to the kernel's errno. A vanished
@@ -108,12 +142,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // Release closes the handle when the kernel is done with the file.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if err := h.close(); err != nil {
-		h.f.cfg.log.Warn("mount: release", "object", h.th.Attrs().Object.String(), "err", err)
+		h.f.cfg.log.Warn("mount: release", "object", h.object(), "err", err)
 	}
 	return 0
 }
 
-// close closes the descriptor and the cache handle, once.
+// close closes the descriptor and the cache handle (or drops the open of
+// the shared backing), once.
 func (h *handle) close() error {
 	if !h.closed.CompareAndSwap(false, true) {
 		return nil
@@ -121,6 +156,9 @@ func (h *handle) close() error {
 	h.f.mu.Lock()
 	delete(h.f.handles, h)
 	h.f.mu.Unlock()
+	if h.bk != nil {
+		return h.f.backings.release(h.bk)
+	}
 	return errors.Join(unix.Close(int(h.fd)), h.th.Close())
 }
 
@@ -163,7 +201,7 @@ func (r *unopenedRead) Size() int { return r.n }
 // Done closes the handle once the reply is sent.
 func (r *unopenedRead) Done() {
 	if err := r.h.close(); err != nil {
-		r.h.f.cfg.log.Warn("mount: closing after a read", "object", r.h.th.Attrs().Object.String(), "err", err)
+		r.h.f.cfg.log.Warn("mount: closing after a read", "object", r.h.object(), "err", err)
 	}
 }
 

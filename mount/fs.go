@@ -29,10 +29,15 @@ type FS struct {
 	uid, gid    uint32
 	started     time.Time // directories' times
 	passthrough bool      // open files offer their descriptor for passthrough
-	// now, openStart and openDone are seams for tests, set before use.
-	now       func() time.Time
-	openStart func(o fetch.Object)
-	openDone  func(o fetch.Object, errno syscall.Errno)
+	// backings holds the files' registered backings where the server
+	// answers opens for passthrough itself (Mount); nil otherwise.
+	backings *backings
+	// now, openStart, openDone and maxIdleBackings (the bound of
+	// backings' idle files) are seams for tests, set before use.
+	now             func() time.Time
+	maxIdleBackings int
+	openStart       func(o fetch.Object)
+	openDone        func(o fetch.Object, errno syscall.Errno)
 
 	stats counters
 	// probes shares the existence checks of dynamic buckets, by name.
@@ -85,7 +90,7 @@ func New(cfg Config) (*FS, error) {
 	f := &FS{
 		cfg: s, buckets: make(map[string]*bucketView, len(s.buckets)),
 		uid: uint32(os.Getuid()), gid: uint32(os.Getgid()), started: time.Now(),
-		passthrough: s.passthrough, now: time.Now,
+		passthrough: s.passthrough, now: time.Now, maxIdleBackings: maxIdleBackings,
 		handles: make(map[*handle]struct{}), cancels: make(map[uint64]context.CancelFunc),
 		warned: make(map[string]struct{}), missing: make(map[string]time.Time),
 	}
@@ -114,8 +119,8 @@ func (f *FS) Stats() Stats {
 
 // Close cancels listings in progress, waits for them and closes the cache
 // handles of files the kernel never released (a server that stopped with
-// files open). Call it once the server has stopped; a second Close does
-// nothing.
+// files open) and of the files' idle backings. Call it once the server has
+// stopped; a second Close does nothing.
 func (f *FS) Close() error {
 	f.mu.Lock()
 	if f.closed {
@@ -133,6 +138,11 @@ func (f *FS) Close() error {
 	f.mu.Unlock()
 	f.bg.Wait()
 	var errs []error
+	if f.backings != nil {
+		// First: the server is gone, and with it the backing ids, which
+		// the backings released below then do not unregister.
+		errs = append(errs, f.backings.close())
+	}
 	for _, h := range hs {
 		errs = append(errs, h.close())
 	}

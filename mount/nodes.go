@@ -42,6 +42,7 @@ type fileNode struct {
 	f     *FS
 	b     *bucketView
 	attrs fetch.Attrs
+	bk    *backing // the backing cache's, guarded by its mu
 }
 
 var (
@@ -159,7 +160,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if hook := n.f.openStart; hook != nil {
 		hook(n.attrs.Object)
 	}
-	h, en := n.f.open(ctx, n.b, n.attrs)
+	h, en := n.f.open(ctx, n)
 	if hook := n.f.openDone; hook != nil {
 		hook(n.attrs.Object, en)
 	}

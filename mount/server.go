@@ -59,12 +59,19 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 		return nil, err
 	}
 	opts := f.options()
-	srv, err := fuse.NewServer(fs.NewNodeFS(f.root, opts), mp, &opts.MountOptions)
+	bks := newBackings(nil, f.maxIdleBackings)
+	raw := &passthroughFS{RawFileSystem: fs.NewNodeFS(f.root, opts), c: bks}
+	srv, err := fuse.NewServer(raw, mp, &opts.MountOptions)
 	if err != nil {
 		return nil, fmt.Errorf("mount: mount %s: %w", mp, err)
 	}
 	// Decided before the first open: the serve loop starts below.
 	f.passthrough = f.cfg.passthrough && canPassthrough(srv)
+	if f.passthrough {
+		bks.kernel = srv
+		bks.startSweeps(sweepInterval, f.cfg.log)
+		f.backings = bks
+	}
 	s := &Server{fs: f, srv: srv, mountpoint: mp, passthrough: f.passthrough, done: make(chan struct{})}
 	s.serving.Go(func() {
 		srv.Serve()
