@@ -13,18 +13,20 @@ import (
 )
 
 // hotSpot is phase 7, issue 18's hot-spot goal: one object S (o.hotSize;
-// the goal is stated for 1 GiB), cached by its owner only, read by all N
-// nodes at once (`cacheagent prefetch --wait`, the object being the whole
+// the goal is stated for 1 GiB), cached by its owners, read by all N nodes
+// at once (`cacheagent prefetch --wait`, the object being the whole
 // dataset). Targets: the read done in ≤ 1.5 × S / r_p, and the busiest
 // node serving ≤ 1.5 × the mean of the bytes served by each node.
 //
-// The owner is found by warming: node N prefetches the object, and the
-// node whose GCS proxy served it is the owner. If that is not node N,
-// node N held a copy for itself too; it is then SIGKILLed, its cache
-// removed and restarted (it rejoins through node 1, the harness's seed),
-// so that only the owner holds the object. The
-// GCS link is capped at o.hotGCSMbit during all of this (0: uncapped):
-// the measured read touches only the peer links.
+// Node N warms the object. An object over one chunk is owned chunk by
+// chunk: the warm-up leaves each chunk on its owner, and node N is then
+// SIGKILLed, its cache removed and restarted (it rejoins through node 1,
+// the harness's seed), so it holds no whole copy; its own chunks come from
+// GCS again during the read. An object of one chunk has one owner, found
+// from the GCS proxies: if that is not node N, node N held a copy for
+// itself too and is restarted empty the same way, so that only the owner
+// holds the object. The GCS link is capped at o.hotGCSMbit during all of
+// this (0: uncapped).
 func hotSpot(ctx context.Context, o opts) error {
 	N := o.nodes
 	S := o.hotSize
