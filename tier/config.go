@@ -204,9 +204,23 @@ type OpenOption func(*openConfig)
 
 // openConfig is the per-call configuration of Cache.Open.
 type openConfig struct {
-	revalidate time.Duration // negative: never
-	cachedOnly bool          // a miss is ErrNotCached
+	revalidate  time.Duration // negative: never
+	cachedOnly  bool          // a miss is ErrNotCached
+	noSpaceWait bool          // a fill it starts fails rather than wait for space
 }
+
+// NoSpaceWait makes a fill that this Open starts fail with ErrNoSpace
+// where it would wait for space (for other fills to finish, with the
+// rest of the budget pinned or in use) rather than wait. A peer's request
+// uses it: the space may be held by this node's own readers, who may be
+// waiting on that peer, and the peer has GCS to turn to. An Open that
+// joins a fill already running waits for that fill as usual.
+func NoSpaceWait() OpenOption {
+	return func(o *openConfig) { o.noSpaceWait = true }
+}
+
+// noSpaceWaitKey marks a fill's context: reserve does not wait.
+type noSpaceWaitKey struct{}
 
 // CachedOnly makes one Open serve a cached copy only: where it would
 // download (or confirm a generation with the source) it returns an error

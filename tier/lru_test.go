@@ -351,3 +351,40 @@ func TestSetShmMaxBytes(t *testing.T) {
 	}
 	checkInvariants(t, c)
 }
+
+// TestNoSpaceWait: with the budget in use and another fill in progress, an
+// Open would wait for that fill to end; with NoSpaceWait (a peer's
+// request) it fails at once with ErrNoSpace instead.
+func TestNoSpaceWait(t *testing.T) {
+	env := newDirEnv(t)
+	const size = 8192
+	c := openCache(t, env.config(t.TempDir(), 2*size))
+	ctx := context.Background()
+	for i, name := range []string{"a", "b", "c"} {
+		env.put(t, "bkt", name, pattern(i, size))
+	}
+	ha, err := c.Open(ctx, obj("bkt", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	g := installGate(c, env.dl)
+	filled := make(chan error, 1)
+	go func() {
+		h, err := c.Open(ctx, obj("bkt", "b"))
+		if err == nil {
+			h.Close()
+		}
+		filled <- err
+	}()
+	g.await(t, 1) // b's fill holds the rest of the budget, waiting at the gate
+	if _, err := c.Open(ctx, obj("bkt", "c"), NoSpaceWait()); !errors.Is(err, ErrNoSpace) {
+		t.Errorf("Open(c, NoSpaceWait) while b fills = %v; want ErrNoSpace", err)
+	}
+	close(g.release)
+	if err := <-filled; err != nil {
+		t.Fatalf("Open(b) = %v", err)
+	}
+	openRead(t, c, obj("bkt", "c"), pattern(2, size)) // b is closed: evicted for c
+	checkInvariants(t, c)
+}

@@ -77,6 +77,9 @@ type grant struct {
 
 // openOnce is one attempt of Open.
 func (c *Cache) openOnce(ctx context.Context, o fetch.Object, oc openConfig) (*Handle, error) {
+	if oc.noSpaceWait {
+		ctx = context.WithValue(ctx, noSpaceWaitKey{}, true)
+	}
 	g, gen, state := c.lookup(o, oc.revalidate)
 	switch {
 	case state == hit:

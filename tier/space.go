@@ -22,6 +22,9 @@ func (c *Cache) reserve(ctx context.Context, n int64, o fetch.Object) error {
 		if err != nil || wait == nil {
 			return err
 		}
+		if ctx.Value(noSpaceWaitKey{}) != nil {
+			return fmt.Errorf("%w: %s would wait for other fills to free space", ErrNoSpace, o)
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():

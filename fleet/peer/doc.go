@@ -56,7 +56,9 @@
 // sources), 404 for a generation the server cannot get (never another
 // generation instead), 409 when the server is itself forwarding that
 // object to a peer (see Loops), 416 for a range past the end of the
-// object, 503 while the replay cache is full, 502 for any other failure
+// object, 503 while the replay cache is full, when a fill would have to wait for
+// space (the server's fills never do: that space may be held by readers
+// waiting on the requester) or has taken [ServerConfig].MaxWait (30 s), 502 for any other failure
 // to fill.
 //
 // A chunk request ("chunk=I", the range within chunk I of the object) is

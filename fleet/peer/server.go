@@ -23,6 +23,7 @@ import (
 const (
 	DefaultMaxSkew   = 30 * time.Second
 	DefaultHeartbeat = 250 * time.Millisecond
+	DefaultMaxWait   = 30 * time.Second
 )
 
 // Cache is what a Server serves from: a tier.Cache.
@@ -53,6 +54,10 @@ type ServerConfig struct {
 	// filled; keep it well under the requesters' FirstByteFloor. Default
 	// 250ms.
 	Heartbeat time.Duration
+	// MaxWait bounds how long a request waits for the fill of a miss
+	// (heartbeats keep the requester from timing out meanwhile): past it
+	// the answer is 503 and the requester reads GCS. Default 30s.
+	MaxWait time.Duration
 	// ChunkSize is the fleet's chunk size (Config.ChunkSize): a chunk
 	// request's range must lie within its chunk. Default
 	// placement.DefaultChunkSize.
@@ -97,9 +102,10 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Cache == nil {
 		return nil, fmt.Errorf("%w: nil Cache", ErrConfig)
 	}
-	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 || cfg.ChunkSize < 0 {
-		return nil, fmt.Errorf("%w: negative MaxSkew, Heartbeat or ChunkSize", ErrConfig)
+	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 || cfg.MaxWait < 0 || cfg.ChunkSize < 0 {
+		return nil, fmt.Errorf("%w: negative MaxSkew, Heartbeat, MaxWait or ChunkSize", ErrConfig)
 	}
+	setDefault(&cfg.MaxWait, DefaultMaxWait)
 	setDefault(&cfg.ChunkSize, placement.DefaultChunkSize)
 	if cfg.MaxSkew == 0 {
 		cfg.MaxSkew = DefaultMaxSkew
@@ -206,15 +212,19 @@ func (s *Server) serveChunk(w http.ResponseWriter, r *http.Request, req request)
 }
 
 // openFor opens o for a peer's request, filling a miss on a context marked
-// WithNoForward. It returns the handle, or nil and the request's outcome.
+// WithNoForward. The fill does not wait for space (tier.NoSpaceWait): this
+// node's space may be held by its own readers, who may be waiting on the
+// requester. It returns the handle, or nil and the request's outcome.
 func (s *Server) openFor(w http.ResponseWriter, r *http.Request, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, outcome, error) {
-	h, err := s.open(WithNoForward(r.Context()), w, o, opts...)
+	h, err := s.open(WithNoForward(r.Context()), w, o, append(opts, tier.NoSpaceWait())...)
 	switch {
 	case r.Context().Err() != nil:
 		if err == nil {
 			h.Close()
 		}
 		return nil, outcomeGone, nil // nobody to answer
+	case errors.Is(err, tier.ErrNoSpace), errors.Is(err, errMaxWait):
+		return nil, outcomeBusy, fmt.Errorf("%s: %w", o, err) // the requester reads GCS
 	case errors.Is(err, tier.ErrNotCached):
 		return nil, outcomeNotFound, fmt.Errorf("%s: not cached here", o)
 	case errors.Is(err, fetch.ErrNotFound), errors.Is(err, fetch.ErrGenerationChanged):
@@ -239,14 +249,19 @@ func (s *Server) sendRange(w http.ResponseWriter, h *tier.Handle, req request, b
 	return s.send(w, h, req, off)
 }
 
+// errMaxWait ends a request whose fill took longer than MaxWait.
+var errMaxWait = errors.New("peer: the fill took longer than the server waits")
+
 // open opens o through the cache, answering 102 Processing every
-// Heartbeat while that waits for a fill. It waits for the goroutine it
-// starts.
+// Heartbeat while that waits for a fill, for at most MaxWait. It waits for
+// the goroutine it starts.
 func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error) {
 	type result struct {
 		h   *tier.Handle
 		err error
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	ch := make(chan result, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -256,12 +271,20 @@ func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object
 	})
 	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
+	limit := time.NewTimer(s.cfg.MaxWait)
+	defer limit.Stop()
 	for {
 		select {
 		case res := <-ch:
 			return res.h, res.err
 		case <-t.C:
 			w.WriteHeader(http.StatusProcessing) // the header map is still empty
+		case <-limit.C:
+			cancel(errMaxWait) // the fill goes on, detached; this request does not wait for it
+			if res := <-ch; res.err == nil {
+				return res.h, nil // it ended just now
+			}
+			return nil, fmt.Errorf("%w (%v)", errMaxWait, s.cfg.MaxWait)
 		}
 	}
 }

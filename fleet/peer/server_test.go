@@ -187,6 +187,31 @@ func TestServerHeartbeat(t *testing.T) {
 	}
 }
 
+// TestServerMaxWait: a fill slower than MaxWait gets 503 (the requester
+// reads GCS), heartbeats meanwhile notwithstanding; the fill goes on, and
+// the next request is served from it.
+func TestServerMaxWait(t *testing.T) {
+	e := newGCSEnv(t)
+	lb := listen(t)
+	b := startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
+		c.Heartbeat, c.MaxWait = 10*time.Millisecond, 100*time.Millisecond
+	})
+	data := emulator.Pattern(16, 1000)
+	o := e.put(t, bucket, "x", data)
+	e.emu.SetShape(emulator.Shape{FirstByte: 500 * time.Millisecond})
+	if status, _, _ := get(t, b.addr, uriOf(o, 0, 10), testKey); status != http.StatusServiceUnavailable {
+		t.Errorf("GET of a slow miss: status %d; want 503", status)
+	}
+	e.emu.SetShape(emulator.Shape{})
+	read(t, b.cache, o) // the fill that went on, or a new one
+	if status, _, body := get(t, b.addr, uriOf(o, 0, 10), testKey); status != http.StatusOK || string(body) != string(data[:10]) {
+		t.Errorf("GET of the cached object: status %d", status)
+	}
+	if st := b.srv.Stats(); st.Requests["busy"] != 1 {
+		t.Errorf("server Stats = %+v; want one busy answer", st)
+	}
+}
+
 // TestAuthVerify checks the MAC, the time window and the replay cache.
 func TestAuthVerify(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
