@@ -222,6 +222,10 @@ func NoSpaceWait() OpenOption {
 // noSpaceWaitKey marks a fill's context: reserve does not wait.
 type noSpaceWaitKey struct{}
 
+// errWouldWait is why a NoSpaceWait fill failed: an Open that joined it
+// without NoSpaceWait starts over with a fill of its own, which waits.
+var errWouldWait = errors.New("would wait for other fills to free space")
+
 // CachedOnly makes one Open serve a cached copy only: where it would
 // download (or confirm a generation with the source) it returns an error
 // matching ErrNotCached instead.

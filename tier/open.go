@@ -190,9 +190,12 @@ func (c *Cache) fetchAndOpen(ctx context.Context, o fetch.Object, a fetch.Attrs)
 	c.mu.Lock()
 	c.stats.misses++
 	c.mu.Unlock()
-	r, _, err := c.share(ctx, a, fetch.Demand)
+	r, joined, err := c.share(ctx, a, fetch.Demand)
 	if errors.Is(err, fetch.ErrGenerationChanged) && o.Generation == 0 {
 		return nil, retryError{err}
+	}
+	if joined && errors.Is(err, errWouldWait) && ctx.Value(noSpaceWaitKey{}) == nil {
+		return nil, retryError{err} // a peer's fill would not wait for space; this Open's own will
 	}
 	if err != nil {
 		return nil, err

@@ -23,7 +23,7 @@ func (c *Cache) reserve(ctx context.Context, n int64, o fetch.Object) error {
 			return err
 		}
 		if ctx.Value(noSpaceWaitKey{}) != nil {
-			return fmt.Errorf("%w: %s would wait for other fills to free space", ErrNoSpace, o)
+			return fmt.Errorf("%w: %s %w", ErrNoSpace, o, errWouldWait)
 		}
 		select {
 		case <-wait:

@@ -176,10 +176,16 @@ func rankAware(ctx context.Context, o opts) error {
 		close(bar.released[ep])
 	}
 	wg.Wait()
+	// The first node to fail cancelled the others: report its error, not
+	// theirs.
+	first := -1
 	for k, err := range errs {
-		if err != nil {
-			return fmt.Errorf("%s: %w", h.Nodes[k].Name, err)
+		if err != nil && (first < 0 || errors.Is(errs[first], context.Canceled) && !errors.Is(err, context.Canceled)) {
+			first = k
 		}
+	}
+	if first >= 0 {
+		return fmt.Errorf("%s: %w", h.Nodes[first].Name, errs[first])
 	}
 	if err := ctx.Err(); err != nil {
 		return err
