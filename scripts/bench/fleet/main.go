@@ -59,6 +59,7 @@ type opts struct {
 	gcsMbit, peerMbit int
 	firstByte         time.Duration
 	readers           int
+	reader            string
 	phases            string
 	// Phase 5: the dataset's objects (of -size), the rounds of
 	// without/with a fleet section, the warm epochs of each.
@@ -85,6 +86,7 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
+	flag.StringVar(&o.reader, "reader", "cat", "how phases 1-4 read an epoch: cat (one `cacheagent cat` process per object, -readers at a time, contents compared) or prefetch (one `prefetch --wait` job per node, inside the daemon, then verify)")
 	flag.StringVar(&o.phases, "phases", "1234567", "phases to run (digits)")
 	flag.IntVar(&o.soloObjects, "solo-objects", 24, "phase 5: objects (of -size) in the dataset")
 	flag.IntVar(&o.soloRounds, "solo-rounds", 3, "phase 5: rounds of (without, with) a fleet section")
@@ -154,6 +156,9 @@ type epoch struct {
 // readAll has each of nodes read every object once, readers at a time,
 // all nodes at once; node k reads in its own shuffled order.
 func readAll(ctx context.Context, o opts, h *fleettest.Harness, nodes []*fleettest.Node, seed uint64) []epoch {
+	if o.reader == "prefetch" {
+		return prefetchAll(ctx, h, nodes)
+	}
 	out := make([]epoch, len(nodes))
 	var wg sync.WaitGroup
 	for k, n := range nodes {
