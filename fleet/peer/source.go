@@ -270,7 +270,6 @@ func (s *Source) fromOwners(ctx context.Context, cands []Candidate, req request)
 		if err == nil {
 			if !start.IsZero() {
 				s.failovers.add(time.Since(start))
-				start = time.Time{}
 			}
 			return r, nil
 		}
