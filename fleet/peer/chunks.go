@@ -54,13 +54,11 @@ func (s *Source) chunked(size int64) bool { return size > s.cfg.ChunkSize }
 // a chunked object is held for this node's readers only and never kept
 // first: the chunks the fleet needs are kept by their owners.
 func (s *Source) Keeps(a fetch.Attrs) bool {
-	key, ok := placement.Key{Bucket: a.Bucket, Object: a.Name, Generation: a.Generation}, true
-	if whole, i, isChunk := parseChunk(a.Object); isChunk {
-		key = placement.Key{Bucket: whole.Bucket, Object: whole.Name, Generation: whole.Generation, Chunk: i}
-	} else {
-		ok = !s.chunked(a.Size)
-	}
-	if !ok {
+	key := ObjectKey(a.Object)
+	if whole, i, ok := parseChunk(a.Object); ok {
+		key = ObjectKey(whole)
+		key.Chunk = i
+	} else if s.chunked(a.Size) {
 		return false
 	}
 	cs := s.cfg.Owners.Owners(key)
