@@ -94,7 +94,11 @@
 // backing holds a cache handle: the cache's LRU eviction passes its copy
 // over, so the bound is what the mount may keep from eviction beyond the
 // files open. A dataset with many more files than the bound, read once per
-// epoch, reopens every file (no gain, and no loss).
+// epoch, reopens every file (no gain, and no loss). An open of an inode
+// whose backing is live serves the backing's generation even if GCS has
+// moved on since (the inode names that generation; a new generation is a
+// new inode, which the kernel reaches once the name's entry expires); only
+// an open that needs the cache again checks for ESTALE.
 //
 // # Kernel caching
 //
