@@ -156,6 +156,11 @@ func Load(path string) (*Library, error) {
 	}
 	h, err := dlopen(path)
 	if err != nil {
+		// dlerror's text is per thread, and a dl call of another goroutine
+		// on the same thread can leave it empty: name the path then.
+		if !strings.Contains(err.Error(), path) {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
 		return nil, fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	l := &Library{path: path}
