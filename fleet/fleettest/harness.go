@@ -858,3 +858,18 @@ func (n *Node) Cached(ctx context.Context) ([]string, error) {
 	}
 	return names, nil
 }
+
+// Bad returns the number of mismatching copies the report counts: corrupt,
+// damaged and dropped.
+func (r VerifyReport) Bad() int {
+	n := 0
+	for _, k := range []string{"corrupt", "damaged"} {
+		if v, ok := r[k].(float64); ok {
+			n += int(v)
+		}
+	}
+	if d, ok := r["dropped"].([]any); ok {
+		n += len(d)
+	}
+	return n
+}

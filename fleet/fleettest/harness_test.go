@@ -169,7 +169,7 @@ func checkCopies(t *testing.T, h *Harness, nodes []*Node, accept func(i int) [][
 		rep, err := n.Verify(ctx)
 		if err != nil {
 			t.Errorf("%s: verify: %v", n.Name, err)
-		} else if bad := badCopies(rep); bad != 0 {
+		} else if bad := rep.Bad(); bad != 0 {
 			t.Errorf("%s: verify found %d bad copies: %v", n.Name, bad, rep)
 		}
 	}
@@ -186,19 +186,6 @@ func diff(a, b []byte) int {
 	return d
 }
 
-// badCopies reads the count of mismatching copies from a verify report.
-func badCopies(r VerifyReport) int {
-	n := 0
-	for _, k := range []string{"corrupt", "damaged"} {
-		if v, ok := r[k].(float64); ok {
-			n += int(v)
-		}
-	}
-	if d, ok := r["dropped"].([]any); ok {
-		n += len(d)
-	}
-	return n
-}
 
 func prefetchAll(t *testing.T, h *Harness, nodes []*Node, timeout time.Duration) ([]time.Duration, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)

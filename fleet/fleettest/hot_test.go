@@ -98,7 +98,7 @@ func TestHotObject(t *testing.T) {
 		} else if !bytes.Equal(got, wantData) {
 			t.Errorf("%s: %d bytes, %d differing from the first", nd.Name, len(got), diff(got, wantData))
 		}
-		if rep, err := nd.Verify(ctx); err != nil || badCopies(rep) != 0 {
+		if rep, err := nd.Verify(ctx); err != nil || rep.Bad() != 0 {
 			t.Errorf("%s: verify: %v %+v", nd.Name, err, rep)
 		}
 	}

@@ -166,22 +166,8 @@ func hotRead(ctx context.Context, o opts, h *fleettest.Harness) error {
 		if err != nil {
 			return err
 		}
-		bad += badCopies(rep)
+		bad += rep.Bad()
 	}
 	report("verify on every node: %d bad copies (target 0)", bad)
 	return h.Close()
-}
-
-// badCopies reads the count of mismatching copies from a verify report.
-func badCopies(r fleettest.VerifyReport) int {
-	n := 0
-	for _, k := range []string{"corrupt", "damaged"} {
-		if v, ok := r[k].(float64); ok {
-			n += int(v)
-		}
-	}
-	if d, ok := r["dropped"].([]any); ok {
-		n += len(d)
-	}
-	return n
 }

@@ -168,8 +168,8 @@ func prefetchAll(ctx context.Context, h *fleettest.Harness, nodes []*fleettest.N
 			out[k].took = time.Since(t0)
 			if err == nil {
 				var rep fleettest.VerifyReport
-				if rep, err = n.Verify(ctx); err == nil && badCopies(rep) > 0 {
-					out[k].corrupt = int64(badCopies(rep))
+				if rep, err = n.Verify(ctx); err == nil && rep.Bad() > 0 {
+					out[k].corrupt = int64(rep.Bad())
 				}
 			}
 			if err != nil {
