@@ -108,6 +108,10 @@ func main() {
 		os.Exit(2)
 	}
 	o.size, o.hotSize = int64(n), int64(hn)
+	if o.reader != "cat" && o.reader != "prefetch" {
+		fmt.Fprintf(os.Stderr, "fleet: -reader %q: want cat or prefetch\n", o.reader)
+		os.Exit(2)
+	}
 	if err := fleettest.Check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
