@@ -186,7 +186,6 @@ func diff(a, b []byte) int {
 	return d
 }
 
-
 func prefetchAll(t *testing.T, h *Harness, nodes []*Node, timeout time.Duration) ([]time.Duration, []error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
