@@ -107,6 +107,8 @@ func TestReadEveryObject(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(mp, "other", "skip")); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("stat other/skip: %v; want not exist (outside the prefix)", err)
 			}
+			// The kernel sends RELEASE after close(2) has returned.
+			waitFor(t, "the last RELEASE", func() bool { return srv.Stats().OpenFiles == 0 })
 			st := srv.Stats()
 			switch {
 			case st.OpenFiles != 0:
