@@ -377,7 +377,12 @@ func TestNoSpaceWait(t *testing.T) {
 		}
 		filled <- err
 	}()
-	g.await(t, 1) // b's fill holds the rest of the budget, waiting at the gate
+	// b's fill holds the rest of the budget once its download waits at the
+	// gate (joining the fill comes before its reservation, which may wait
+	// while a's fill ends).
+	if name := <-g.arrived; name != "b" {
+		t.Fatalf("download of %q at the gate; want b", name)
+	}
 	if _, err := c.Open(ctx, obj("bkt", "c"), NoSpaceWait()); !errors.Is(err, ErrNoSpace) {
 		t.Errorf("Open(c, NoSpaceWait) while b fills = %v; want ErrNoSpace", err)
 	}

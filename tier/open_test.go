@@ -203,16 +203,22 @@ func TestRevalidateStatFailsServesCached(t *testing.T) {
 	}
 }
 
-// gate blocks the downloads of env.dl until release is closed, and reports
-// joins to the cache's fills on joined.
+// gate blocks the downloads of env.dl until release is closed, reports
+// joins to the cache's fills on joined, and each download it holds on
+// arrived.
 type gate struct {
 	release chan struct{}
 	joined  chan int
+	arrived chan string
 }
 
 func installGate(c *Cache, dl *countingDownloader) *gate {
-	g := &gate{release: make(chan struct{}), joined: make(chan int, 100)}
-	dl.before = func(ctx context.Context, _ fetch.Attrs, _ *fetch.Urgency) error {
+	g := &gate{release: make(chan struct{}), joined: make(chan int, 100), arrived: make(chan string, 100)}
+	dl.before = func(ctx context.Context, a fetch.Attrs, _ *fetch.Urgency) error {
+		select {
+		case g.arrived <- a.Name:
+		default:
+		}
 		select {
 		case <-g.release:
 			return nil
