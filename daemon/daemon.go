@@ -158,6 +158,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	d.jobs.cache, d.jobs.src = cache, src
 	d.stats = newStatsCache(cache)
 	d.jobs.onChange = d.stats.invalidate
+	d.jobs.onList = d.fleetListed
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cacheagent/cacheagent/control"
+	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/stats"
 )
@@ -52,10 +53,12 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	p.owners.f.Store(f)
 	// The disk tier keeps what this node owns first; ownership moves with
 	// every membership change.
+	p.owners.rebalance()
 	d.cache.SetOwnership(p.src.Keeps)
 	changes, _ := f.Subscribe() // closed when the fleet closes
 	d.servers.Go(func() {
 		for range changes {
+			p.owners.rebalance()
 			d.cache.SetOwnership(p.src.Keeps)
 		}
 	})
@@ -66,6 +69,18 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 		}
 	})
 	return nil
+}
+
+// fleetListed balances this node's owners over the dataset uri (objs),
+// listed for a prefetch or a pin, and tells the disk tier what it now
+// owns. Without a fleet it does nothing.
+func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) {
+	if d.peers == nil {
+		return
+	}
+	if d.peers.owners.register(d.peers.src, uri, objs) {
+		d.cache.SetOwnership(d.peers.src.Keeps)
+	}
 }
 
 // fleetWeight is this agent's placement weight: its disk tier's budget.

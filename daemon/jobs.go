@@ -41,6 +41,9 @@ type jobManager struct {
 	log   *slog.Logger
 	// onChange, if set, is called when a job starts and after it ends.
 	onChange func()
+	// onList, if set, is given the objects of each job before they are
+	// prefetched: the dataset a fleet node balances its owners over.
+	onList func(uri string, objs []fetch.Attrs)
 
 	running sync.WaitGroup // job goroutines
 
@@ -109,6 +112,9 @@ func (m *jobManager) run(ctx context.Context, j *job) {
 	var err error
 	if objs == nil {
 		objs, err = m.list(ctx, j)
+	}
+	if err == nil && m.onList != nil {
+		m.onList(j.spec.uri, objs)
 	}
 	if err == nil {
 		j.update(func() { j.state = control.JobRunning })

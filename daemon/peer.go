@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
@@ -142,26 +141,6 @@ func (p *peerPlane) fetchStats() stats.Fetch {
 // setConnections applies a new connection budget to both Downloaders.
 func (p *peerPlane) setConnections(n int) error {
 	return errors.Join(p.owner.SetConnections(n), p.local.SetConnections(n))
-}
-
-// fleetOwners is peer.Owners over the fleet's current placement table.
-type fleetOwners struct {
-	f atomic.Pointer[fleet.Fleet]
-}
-
-// Owners ranks key's owners in the current table, this node marked.
-func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
-	f := o.f.Load()
-	if f == nil {
-		return nil
-	}
-	ms := f.Owners(key, fleetOwnersK)
-	out := make([]peer.Candidate, len(ms))
-	self := f.Name()
-	for i, m := range ms {
-		out[i] = peer.Candidate{Name: m.Name, Addr: m.PeerAddr, Self: m.Name == self}
-	}
-	return out
 }
 
 // sourceBuckets returns the buckets of the configured sources: the only

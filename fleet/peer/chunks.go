@@ -48,6 +48,27 @@ func IsChunk(name string) bool { return strings.Contains(name, chunkSep) }
 // chunked reports whether an object of size bytes is placed chunk by chunk.
 func (s *Source) chunked(size int64) bool { return size > s.cfg.ChunkSize }
 
+// Items returns the placement keys of objs with their sizes, as this
+// Source routes their reads: one key per object of at most one chunk, one
+// per chunk of a larger one. Balancing them (placement.Table.Balance)
+// gives the owners of a dataset the Owners of a daemon may then follow.
+func (s *Source) Items(objs []fetch.Attrs) []placement.Item {
+	out := make([]placement.Item, 0, len(objs))
+	for _, a := range objs {
+		key := ObjectKey(a.Object)
+		if !s.chunked(a.Size) {
+			out = append(out, placement.Item{Key: key, Size: a.Size})
+			continue
+		}
+		for i := range placement.Chunks(a.Size, s.cfg.ChunkSize) {
+			key.Chunk = i
+			_, n := placement.ChunkRange(a.Size, s.cfg.ChunkSize, i)
+			out = append(out, placement.Item{Key: key, Size: n})
+		}
+	}
+	return out
+}
+
 // Keeps reports whether copy a is one this node's cache keeps first (see
 // tier.Cache.SetOwnership): a chunk copy whose chunk this node owns, or a
 // whole object of at most one chunk that this node owns. A whole copy of

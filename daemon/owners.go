@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/fleet/peer"
+	"github.com/cacheagent/cacheagent/fleet/placement"
+)
+
+// Bounds on the datasets fleetOwners balances: the most recent listings,
+// up to this many keys in all (about 40 bytes each in the assignment).
+const (
+	maxBalancedSets = 64
+	maxBalancedKeys = 4 << 20
+)
+
+// fleetOwners is peer.Owners over the fleet's current placement table,
+// with the datasets this node has listed (prefetch jobs, pins) balanced:
+// their keys' owners come from placement.Table.Balance over every such
+// listing, so no member owns more than its bounded share of them; other
+// keys are placed by rendezvous alone. Every node that lists the same
+// dataset computes the same owners; a node that has not listed it places
+// its keys by rendezvous, which costs a fill at another member, never a
+// wrong byte.
+type fleetOwners struct {
+	f atomic.Pointer[fleet.Fleet]
+	// balanced is the assignment over the current table (stale after a
+	// membership change until rebalance; Owners then uses rendezvous).
+	balanced atomic.Pointer[placement.Assignment]
+
+	mu    sync.Mutex
+	sets  map[string][]placement.Item // by dataset URI; guarded by mu
+	order []string                    // dataset URIs, oldest first; guarded by mu
+}
+
+// Owners ranks key's owners, this node marked.
+func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
+	f := o.f.Load()
+	if f == nil {
+		return nil
+	}
+	t := f.Table()
+	var ms []placement.Member
+	if a := o.balanced.Load(); a != nil && a.Table() == t {
+		ms = a.Owners(key, fleetOwnersK)
+	} else {
+		ms = t.Owners(key, fleetOwnersK)
+	}
+	out := make([]peer.Candidate, 0, len(ms))
+	self := f.Name()
+	for _, m := range ms {
+		if m.Name == self {
+			out = append(out, peer.Candidate{Name: m.Name, Self: true})
+		} else if fm, ok := f.Member(m.Name); ok {
+			out = append(out, peer.Candidate{Name: m.Name, Addr: fm.PeerAddr})
+		}
+	}
+	return out
+}
+
+// register balances the keys of the dataset uri (objs, as src routes them)
+// with the others listed before, and reports whether the owners changed.
+// A new listing of uri replaces the old.
+func (o *fleetOwners) register(src *peer.Source, uri string, objs []fetch.Attrs) bool {
+	items := src.Items(objs)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.sets == nil {
+		o.sets = make(map[string][]placement.Item)
+	}
+	if _, ok := o.sets[uri]; ok {
+		for i, u := range o.order {
+			if u == uri {
+				o.order = append(o.order[:i], o.order[i+1:]...)
+				break
+			}
+		}
+	}
+	o.sets[uri] = items
+	o.order = append(o.order, uri)
+	return o.rebalanceLocked()
+}
+
+// rebalance recomputes the assignment over the fleet's current table,
+// and reports whether the owners changed.
+func (o *fleetOwners) rebalance() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.rebalanceLocked()
+}
+
+func (o *fleetOwners) rebalanceLocked() bool {
+	f := o.f.Load()
+	if f == nil || len(o.sets) == 0 {
+		return false
+	}
+	n := 0
+	for i := len(o.order) - 1; i >= 0; i-- { // the newest listings first
+		n += len(o.sets[o.order[i]])
+		if i < len(o.order)-maxBalancedSets || n > maxBalancedKeys {
+			for _, u := range o.order[:i+1] {
+				delete(o.sets, u)
+			}
+			o.order = append(o.order[:0], o.order[i+1:]...)
+			break
+		}
+	}
+	var items []placement.Item
+	for _, u := range o.order {
+		items = append(items, o.sets[u]...)
+	}
+	o.balanced.Store(f.Table().Balance(items, placement.DefaultSlack))
+	return true
+}
