@@ -6,21 +6,14 @@ import (
 	"testing"
 )
 
+// items returns n keys of a dataset's shards, size bytes each.
 func items(n int, size int64) []Item {
-	out := make([]Item, n)
-	for i := range out {
-		out[i] = Item{Key: Key{Bucket: "bkt", Object: fmt.Sprintf("train/shard-%05d", i), Generation: 1700000000000000 + int64(i)}, Size: size}
+	var out []Item
+	for i := range n {
+		k := Key{Bucket: "bkt", Object: fmt.Sprintf("train/shard-%05d", i), Generation: 1700000000000000 + int64(i)}
+		out = append(out, Item{Key: k, Size: size})
 	}
 	return out
-}
-
-func mustTable(t *testing.T, ms ...Member) *Table {
-	t.Helper()
-	tab, err := New(ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tab
 }
 
 // checkBound fails if a member owns more than its bound (plus one key).
@@ -48,7 +41,7 @@ func checkBound(t *testing.T, a *Assignment, its []Item, slack float64) {
 // TestBalanceEqualKeys: 48 equal keys over 3 equal members, where
 // rendezvous alone gives one of them 46 % of the bytes: 16 each.
 func TestBalanceEqualKeys(t *testing.T) {
-	tab := mustTable(t, Member{"n1", 1}, Member{"n2", 1}, Member{"n3", 1})
+	tab := mustNew(t, []Member{{"n1", 1}, {"n2", 1}, {"n3", 1}})
 	its := items(48, 2<<20)
 	a := tab.Balance(its, DefaultSlack)
 	for _, m := range tab.Members() {
@@ -74,7 +67,7 @@ func TestBalanceEqualKeys(t *testing.T) {
 // member's bound, and the answer does not depend on the items' order or
 // on duplicates.
 func TestBalanceWeighted(t *testing.T) {
-	tab := mustTable(t, Member{"a", 1}, Member{"b", 2}, Member{"c", 3}, Member{"d", 2})
+	tab := mustNew(t, []Member{{"a", 1}, {"b", 2}, {"c", 3}, {"d", 2}})
 	rng := rand.New(rand.NewPCG(1, 2))
 	var its []Item
 	for i, it := range items(500, 0) {
@@ -117,7 +110,7 @@ func items500(its []Item) []Item {
 // TestBalanceOutside: keys outside the set are ranked by rendezvous, and a
 // key larger than every bound still gets an owner.
 func TestBalanceOutside(t *testing.T) {
-	tab := mustTable(t, Member{"n1", 1}, Member{"n2", 1}, Member{"n3", 1})
+	tab := mustNew(t, []Member{{"n1", 1}, {"n2", 1}, {"n3", 1}})
 	its := append(items(10, 1), Item{Key: Key{Bucket: "bkt", Object: "huge", Generation: 1}, Size: 1 << 40})
 	a := tab.Balance(its, 0)
 	if _, ok := a.Owner(Key{Bucket: "bkt", Object: "huge", Generation: 1}); !ok {
@@ -143,8 +136,8 @@ func TestBalanceOutside(t *testing.T) {
 // share and the spills it undoes.
 func TestBalanceJoin(t *testing.T) {
 	its := items(192, 1<<20)
-	three := mustTable(t, Member{"n1", 1}, Member{"n2", 1}, Member{"n3", 1})
-	four := mustTable(t, Member{"n1", 1}, Member{"n2", 1}, Member{"n3", 1}, Member{"n4", 1})
+	three := mustNew(t, []Member{{"n1", 1}, {"n2", 1}, {"n3", 1}})
+	four := mustNew(t, []Member{{"n1", 1}, {"n2", 1}, {"n3", 1}, {"n4", 1}})
 	a, b := three.Balance(its, DefaultSlack), four.Balance(its, DefaultSlack)
 	moved := 0
 	for _, it := range its {
