@@ -169,9 +169,10 @@ type Candidate[K comparable] struct {
 	// of its reads). It counts as needed next (Next 0) when no plan lists
 	// it ahead of a reader.
 	Due bool
-	// Keep marks an entry to evict after the others no plan uses again (a
-	// copy this node owns for its fleet): among those, entries without it
-	// go first.
+	// Keep marks an entry to evict after every other, planned or not (a
+	// copy this node owns for its fleet: a copy held for this node's own
+	// readers can be read again from its owner, one the fleet keeps only
+	// here cannot). Without Keep entries the order is the plan's alone.
 	Keep bool
 	// Next is the distance to the entry's next use; Order fills it in.
 	Next int
@@ -187,19 +188,20 @@ func (x *Index[K]) next(c Candidate[K]) int {
 }
 
 // Order fills in each candidate's Next and sorts cands best victim first:
-// entries no plan will use again, least recently used first; then planned
-// entries, farthest next use first (ties: least recently used first, then
-// by position in cands, so the order is deterministic).
+// entries without Keep before those with it, and within each, entries no
+// plan will use again, least recently used first; then planned entries,
+// farthest next use first (ties: least recently used first, then by
+// position in cands, so the order is deterministic).
 func (x *Index[K]) Order(cands []Candidate[K]) {
 	for i := range cands {
 		cands[i].Next = x.next(cands[i])
 	}
 	slices.SortStableFunc(cands, func(a, b Candidate[K]) int {
+		if a.Keep != b.Keep {
+			return boolCmp(a.Keep, b.Keep)
+		}
 		if c := cmp.Compare(b.Next, a.Next); c != 0 {
 			return c
-		}
-		if a.Next == Never && a.Keep != b.Keep {
-			return boolCmp(a.Keep, b.Keep)
 		}
 		return cmp.Compare(a.LastUse, b.LastUse)
 	})
@@ -209,9 +211,9 @@ func (x *Index[K]) Order(cands []Candidate[K]) {
 // front, to free need bytes, and the bytes they free. Only candidates whose
 // next use is farther than farther qualify: pass the distance of the entry
 // being brought in so that nothing needed sooner is displaced, or -1 to
-// accept any. If the qualifying candidates cannot free need bytes, Victims
-// returns all of them and freed < need; the caller decides whether evicting
-// them is worth it.
+// accept any. If they cannot free need bytes, Victims returns every
+// candidate before the first that does not qualify, and freed < need; the
+// caller decides whether evicting them is worth it.
 func Victims[K comparable](ordered []Candidate[K], need int64, farther int) (n int, freed int64) {
 	for n < len(ordered) && freed < need && ordered[n].Next > farther {
 		freed += ordered[n].Size

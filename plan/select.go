@@ -9,10 +9,11 @@ import (
 // need bytes to the front of cands, in eviction order: the same victims,
 // in the same order, as Order followed by Victims, for candidates whose
 // LastUse values are distinct. Only candidates whose next use is farther
-// than farther qualify (-1: any). It returns how many it moved and the
-// bytes they free (less than need if the qualifying candidates cannot free
-// it; then all of them are moved). The rest of cands is left in no
-// particular order.
+// than farther qualify (-1: any), and Keep candidates only once every
+// other candidate qualified and was taken. It returns how many it moved
+// and the bytes they free (less than need if those cannot free it; then
+// all of them are moved). The rest of cands is left in no particular
+// order.
 //
 // Select does not sort everything: it partitions out the unplanned
 // candidates and sorts those by LastUse, then takes the planned ones from
@@ -25,16 +26,23 @@ func (x *Index[K]) Select(cands []Candidate[K], need int64, farther int) (n int,
 	if need <= 0 {
 		return 0, 0
 	}
+	// Copies kept for the fleet go after every other, planned or not.
+	k := partition(cands, func(c Candidate[K]) bool { return !c.Keep })
+	n, freed = selectIn(cands[:k], need, farther)
+	if freed >= need || n < k { // done, or stopped at one needed sooner
+		return n, freed
+	}
+	n2, freed2 := selectIn(cands[k:], need-freed, farther)
+	return n + n2, freed + freed2
+}
+
+// selectIn is Select over candidates of one Keep value whose Next is set.
+func selectIn[K comparable](cands []Candidate[K], need int64, farther int) (n int, freed int64) {
 	// Unplanned first, then planned and qualifying, then the rest.
 	never := partition(cands, func(c Candidate[K]) bool { return c.Next == Never })
 	rest := never + partition(cands[never:], func(c Candidate[K]) bool { return c.Next > farther })
 	unplanned := cands[:never]
-	slices.SortFunc(unplanned, func(a, b Candidate[K]) int {
-		if a.Keep != b.Keep {
-			return boolCmp(a.Keep, b.Keep)
-		}
-		return cmp.Compare(a.LastUse, b.LastUse)
-	})
+	slices.SortFunc(unplanned, func(a, b Candidate[K]) int { return cmp.Compare(a.LastUse, b.LastUse) })
 	for n < len(unplanned) && freed < need {
 		freed += unplanned[n].Size
 		n++

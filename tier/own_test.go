@@ -65,3 +65,24 @@ func TestOwnershipWithPlans(t *testing.T) {
 	}
 	checkInvariants(t, c)
 }
+
+// TestOwnershipOverPlans: a copy held for this node's readers goes before
+// an owned one even while a plan needs it (its owner can serve it again;
+// the fleet keeps the owned one only here).
+func TestOwnershipOverPlans(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	hooks := planHooks(c)
+	c.SetOwnership(ownsPrefix)
+	o := e.putObjects(t, "own/a", "p", "r", "y")
+	touch(t, c, o[0], o[1], o[2])
+	if err := c.Plan(context.Background(), "plan", []fetch.Object{o[1], o[2]}); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	touch(t, c, o[3])
+	if got := residents(c, "own/a", "p", "r", "y"); !got["own/a"] || !got["p"] || got["r"] || !got["y"] {
+		t.Errorf("cached %v; want r evicted (planned farthest, not owned), own/a kept", got)
+	}
+	checkInvariants(t, c)
+}
