@@ -72,15 +72,17 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 }
 
 // fleetListed balances this node's owners over the dataset uri (objs),
-// listed for a prefetch or a pin, and tells the disk tier what it now
-// owns. Without a fleet it does nothing.
-func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) {
+// listed for a prefetch or a pin, tells the disk tier what it now owns,
+// and returns the order to prefetch objs in (fleetOwners.interleave).
+// Without a fleet it returns objs.
+func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) []fetch.Attrs {
 	if d.peers == nil {
-		return
+		return objs
 	}
 	if d.peers.owners.register(d.peers.src, uri, objs) {
 		d.cache.SetOwnership(d.peers.src.Keeps)
 	}
+	return d.peers.owners.interleave(objs)
 }
 
 // fleetWeight is this agent's placement weight: its disk tier's budget.

@@ -42,8 +42,9 @@ type jobManager struct {
 	// onChange, if set, is called when a job starts and after it ends.
 	onChange func()
 	// onList, if set, is given the objects of each job before they are
-	// prefetched: the dataset a fleet node balances its owners over.
-	onList func(uri string, objs []fetch.Attrs)
+	// prefetched (the dataset a fleet node balances its owners over), and
+	// returns them in the order to prefetch them.
+	onList func(uri string, objs []fetch.Attrs) []fetch.Attrs
 
 	running sync.WaitGroup // job goroutines
 
@@ -114,7 +115,7 @@ func (m *jobManager) run(ctx context.Context, j *job) {
 		objs, err = m.list(ctx, j)
 	}
 	if err == nil && m.onList != nil {
-		m.onList(j.spec.uri, objs)
+		objs = m.onList(j.spec.uri, objs)
 	}
 	if err == nil {
 		j.update(func() { j.state = control.JobRunning })

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -114,4 +116,43 @@ func (o *fleetOwners) rebalanceLocked() bool {
 	}
 	o.balanced.Store(f.Table().Balance(items, placement.DefaultSlack))
 	return true
+}
+
+// interleave returns objs in the order a prefetch should read them: the
+// first object of each owner, then the second of each, and so on (each
+// owner's objects in listing order; a chunked object counts for its
+// first chunk's owner). Every node that listed the dataset computes the
+// same order, so every owner's link is busy from the start with the
+// objects all nodes ask for first, instead of some owners waiting while
+// the prefetch window is full of another's objects.
+func (o *fleetOwners) interleave(objs []fetch.Attrs) []fetch.Attrs {
+	a := o.balanced.Load()
+	if a == nil || a.Table().Len() < 2 {
+		return objs
+	}
+	type slot struct {
+		round, owner, i int
+	}
+	seen := make(map[string]int)
+	slots := make([]slot, len(objs))
+	for i, obj := range objs {
+		m, ok := a.Owner(peer.ObjectKey(obj.Object))
+		if !ok {
+			m = a.Table().Owner(peer.ObjectKey(obj.Object))
+		}
+		owner, _ := a.Table().Index(m.Name)
+		slots[i] = slot{round: seen[m.Name], owner: owner, i: i}
+		seen[m.Name]++
+	}
+	slices.SortFunc(slots, func(x, y slot) int {
+		if c := cmp.Compare(x.round, y.round); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.owner, y.owner)
+	})
+	out := make([]fetch.Attrs, len(objs))
+	for j, s := range slots {
+		out[j] = objs[s.i]
+	}
+	return out
 }

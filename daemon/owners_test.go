@@ -95,6 +95,24 @@ func TestFleetOwnersBalanced(t *testing.T) {
 		}
 	}
 
+	// The prefetch order takes each owner's objects in turn, in listing
+	// order within each owner.
+	order := owners[0].interleave(objs)
+	if len(order) != len(objs) {
+		t.Fatalf("interleave returned %d objects of %d", len(order), len(objs))
+	}
+	last := make(map[string]string)
+	for j, o := range order {
+		owner := owners[0].Owners(peer.ObjectKey(o.Object))[0].Name
+		if want := []string{"n1", "n2", "n3"}[j%3]; owner != want {
+			t.Fatalf("object %d of the prefetch order (%s) is owned by %s; want %s", j, o.Name, owner, want)
+		}
+		if o.Name <= last[owner] {
+			t.Errorf("%s's objects out of listing order: %s after %s", owner, o.Name, last[owner])
+		}
+		last[owner] = o.Name
+	}
+
 	// Not listed: rendezvous.
 	plain := &fleetOwners{}
 	plain.f.Store(a)

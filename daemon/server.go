@@ -239,7 +239,7 @@ func (d *Daemon) handlePin(w http.ResponseWriter, r *http.Request) {
 		}
 		objs = append(objs, a)
 	}
-	d.fleetListed("gs://"+req.Bucket+"/"+req.Prefix, objs)
+	objs = d.fleetListed("gs://"+req.Bucket+"/"+req.Prefix, objs)
 	if err := d.cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
 		writeError(w, err)
 		return
