@@ -159,6 +159,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	d.stats = newStatsCache(cache)
 	d.jobs.onChange = d.stats.invalidate
 	d.jobs.onList = d.fleetListed
+	d.jobs.prefetch = d.prefetchObjects
 	return nil
 }
 

@@ -38,7 +38,10 @@ type jobManager struct {
 	// Set once before the first job.
 	cache *tier.Cache
 	src   fetch.Source
-	log   *slog.Logger
+	// prefetch, if set, fills a job's objects instead of cache.Prefetch
+	// (a fleet node's, which may leave objects to their owners).
+	prefetch func(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, progress func(tier.Progress)) error
+	log      *slog.Logger
 	// onChange, if set, is called when a job starts and after it ends.
 	onChange func()
 	// onList, if set, is given the objects of each job before they are
@@ -119,7 +122,11 @@ func (m *jobManager) run(ctx context.Context, j *job) {
 	}
 	if err == nil {
 		j.update(func() { j.state = control.JobRunning })
-		err = m.cache.Prefetch(ctx, objs, j.spec.prio, func(p tier.Progress) {
+		prefetch := m.cache.Prefetch
+		if m.prefetch != nil {
+			prefetch = m.prefetch
+		}
+		err = prefetch(ctx, objs, j.spec.prio, func(p tier.Progress) {
 			j.update(func() { j.prog = p })
 		})
 	}

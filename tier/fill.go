@@ -121,7 +121,7 @@ func (c *Cache) findFile(o fetch.Object) *entry {
 // it. If the filesystem is full it evicts to make room and tries once more.
 func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*entry, error) {
 	need := roundUp(a.Size, c.base.bsize)
-	if err := c.reserve(ctx, need, a.Object); err != nil {
+	if err := c.reserve(ctx, need, a); err != nil {
 		return nil, err
 	}
 	fi, err := c.download(ctx, a, u)

@@ -146,6 +146,10 @@ func (e *entry) syncInUseLocked() {
 		e.st.inUse += e.rec.blocks
 	} else {
 		e.st.inUse -= e.rec.blocks
+		if e.st.wakeOnRelease {
+			e.st.wakeOnRelease = false
+			e.st.signalLocked()
+		}
 	}
 }
 

@@ -72,3 +72,17 @@ func (st *store) lruOwnedVictimsLocked(need int64, skip *entry) (victims []*entr
 	}
 	return victims, freed
 }
+
+// unownedInUseLocked reports whether copies this node does not own are in
+// use among the ownScan least recently used: released, they become
+// victims before owned ones.
+func (st *store) unownedInUseLocked() bool {
+	n := 0
+	for e := st.lru.back(); e != nil && n < ownScan; e = st.lru.prev(e) {
+		n++
+		if e.inUseLocked() && !st.own.keepLocked(e) {
+			return true
+		}
+	}
+	return false
+}

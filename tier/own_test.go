@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
 )
@@ -83,6 +84,77 @@ func TestOwnershipOverPlans(t *testing.T) {
 	touch(t, c, o[3])
 	if got := residents(c, "own/a", "p", "r", "y"); !got["own/a"] || !got["p"] || got["r"] || !got["y"] {
 		t.Errorf("cached %v; want r evicted (planned farthest, not owned), own/a kept", got)
+	}
+	checkInvariants(t, c)
+}
+
+// awaitOwnershipWait waits until a fill waits for a reader's copy to be
+// released rather than evict an owned copy.
+func awaitOwnershipWait(t *testing.T, c *Cache) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c.mu.Lock()
+		waiting := c.base.wakeOnRelease
+		c.mu.Unlock()
+		if waiting {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no fill waits for a copy to be released")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestOwnershipWaitsForRelease: a copy for this node's readers waits for
+// another reader's copy to be released rather than evict an owned copy;
+// one that would wait for ever evicts it after ownershipWait.
+func TestOwnershipWaitsForRelease(t *testing.T) {
+	e := newDirEnv(t)
+	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	c.SetOwnership(ownsPrefix)
+	o := e.putObjects(t, "own/a", "own/b", "x", "y", "z")
+	touch(t, c, o[0], o[1])
+	hx, err := c.Open(context.Background(), o[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		h, err := c.Open(context.Background(), o[3])
+		if err == nil {
+			h.Close()
+		}
+		opened <- err
+	}()
+	awaitOwnershipWait(t, c)
+	if got := residents(c, "own/a", "own/b", "x", "y"); !got["own/a"] || !got["own/b"] || !got["x"] || got["y"] {
+		t.Errorf("while y waits: cached %v; want own/a, own/b and x", got)
+	}
+	hx.Close()
+	if err := <-opened; err != nil {
+		t.Fatalf("Open(y) = %v", err)
+	}
+	if got := residents(c, "own/a", "own/b", "x", "y"); !got["own/a"] || !got["own/b"] || got["x"] || !got["y"] {
+		t.Errorf("after x's release: cached %v; want x evicted for y, the owned copies kept", got)
+	}
+
+	// A reader that never lets go: after ownershipWait an owned copy goes.
+	defer func(d time.Duration) { ownershipWait = d }(ownershipWait)
+	ownershipWait = 50 * time.Millisecond
+	hy, err := c.Open(context.Background(), o[3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hy.Close()
+	hz, err := c.Open(context.Background(), o[4])
+	if err != nil {
+		t.Fatalf("Open(z) while y is held = %v", err)
+	}
+	hz.Close()
+	if got := residents(c, "own/a", "own/b", "y", "z"); got["own/a"] || !got["own/b"] || !got["y"] || !got["z"] {
+		t.Errorf("after the wait: cached %v; want own/a (least recently used) evicted", got)
 	}
 	checkInvariants(t, c)
 }

@@ -6,43 +6,70 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
+	"time"
 
 	"github.com/dustin/go-humanize"
 
 	"github.com/cacheagent/cacheagent/fetch"
 )
 
-// reserve sets aside n bytes of the budget for a fill of o, evicting least
+// reserve sets aside n bytes of the budget for a fill of a, evicting least
 // recently used entries that are neither pinned nor in use. If only other
 // fills' reservations stand in the way it waits for one of them to end;
 // if pinned and in-use entries leave no room it fails with ErrNoSpace.
-func (c *Cache) reserve(ctx context.Context, n int64, o fetch.Object) error {
+// A fill of a copy this node does not own for its fleet (SetOwnership)
+// first waits, up to ownershipWait, rather than evict owned copies while
+// other fills or released readers' copies may make room.
+func (c *Cache) reserve(ctx context.Context, n int64, a fetch.Attrs) error {
+	o := a.Object
+	keepUntil := time.Now().Add(ownershipWait)
 	for {
-		wait, err := c.tryReserve(n, o)
+		keep := time.Now().Before(keepUntil)
+		wait, err := c.tryReserve(n, a, keep)
 		if err != nil || wait == nil {
 			return err
 		}
 		if ctx.Value(noSpaceWaitKey{}) != nil {
 			return fmt.Errorf("%w: %s %w", ErrNoSpace, o, errWouldWait)
 		}
+		var patience <-chan time.Time
+		var t *time.Timer
+		if keep {
+			t = time.NewTimer(time.Until(keepUntil))
+			patience = t.C
+		}
 		select {
 		case <-wait:
+		case <-patience:
 		case <-ctx.Done():
-			return fmt.Errorf("tier: wait for space for %s: %w", o, context.Cause(ctx))
+			err = fmt.Errorf("tier: wait for space for %s: %w", o, context.Cause(ctx))
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err != nil {
+			return err
 		}
 	}
 }
 
+// ownershipWait (a variable for tests) bounds how long a fill of a copy this node does not own
+// waits for room before it evicts owned copies: a reader holding copies
+// open while it waits for this one must not wait for ever.
+var ownershipWait = 2 * time.Second
+
 // tryReserve reserves n bytes (evicting as needed), or returns a channel to
-// wait on before trying again, or an error.
-func (c *Cache) tryReserve(n int64, o fetch.Object) (<-chan struct{}, error) {
+// wait on before trying again, or an error. keep: a copy this node does
+// not own waits rather than evict owned ones (see reserve).
+func (c *Cache) tryReserve(n int64, a fetch.Attrs, keep bool) (<-chan struct{}, error) {
 	c.idxMu.Lock()
 	if c.idxClosed {
 		c.idxMu.Unlock()
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	victims, wait, err := c.planReserveLocked(n, o)
+	victims, wait, err := c.planReserveLocked(n, a, keep)
 	var dead []*entry
 	if err == nil && wait == nil {
 		dead = c.evictLocked(victims, nil)
@@ -57,8 +84,8 @@ func (c *Cache) tryReserve(n int64, o fetch.Object) (<-chan struct{}, error) {
 
 // planReserveLocked decides how to fit n more bytes: the victims to evict
 // (possibly none), or a channel to wait on, or ErrNoSpace.
-func (c *Cache) planReserveLocked(n int64, o fetch.Object) ([]*entry, <-chan struct{}, error) {
-	b := c.base
+func (c *Cache) planReserveLocked(n int64, a fetch.Attrs, keep bool) ([]*entry, <-chan struct{}, error) {
+	b, o := c.base, a.Object
 	if n > b.maxBytes {
 		return nil, nil, fmt.Errorf("%w: %s needs %s, more than the whole budget of %s",
 			ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(b.maxBytes)))
@@ -69,6 +96,14 @@ func (c *Cache) planReserveLocked(n int64, o fetch.Object) ([]*entry, <-chan str
 	}
 	victims, freed := b.lruVictimsLocked(short, nil)
 	if freed >= short {
+		// A copy for this node's own readers does not displace one the
+		// fleet keeps here while other fills may still free room: the
+		// copies they commit for readers go first, once released.
+		if keep && b.own.owns != nil && slices.ContainsFunc(victims, b.own.keepLocked) && !b.own.owns(a) &&
+			(b.reserved > 0 || b.unownedInUseLocked()) {
+			b.wakeOnRelease = true
+			return nil, b.spaceFreed, nil
+		}
 		return victims, nil, nil
 	}
 	// Fills in progress end by committing (adding an evictable entry) or by

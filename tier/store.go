@@ -54,6 +54,10 @@ type store struct {
 	// its file is gone.
 	deleting   map[fileID]chan struct{}
 	spaceFreed chan struct{} // closed (and replaced) when reserved or used drops
+	// wakeOnRelease makes the next copy to leave use signal spaceFreed
+	// too: a fill waits for a reader's copy to become a victim (see
+	// Cache.reserve).
+	wakeOnRelease bool
 	// plans, shared by both stores, orders eviction while plans are
 	// announced; set once at Open.
 	plans *plans

@@ -14,18 +14,7 @@ func TestCorruptPeer(t *testing.T) {
 	need(t)
 	h := fleet(t, Config{CorruptServing: 2})
 	ctx := context.Background()
-	took, errs := prefetchAll(t, h, h.Nodes, 90*time.Second)
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("%s: prefetch: %v", h.Nodes[i].Name, err)
-		}
-	}
-	sum, per, err := h.GCSBytes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("prefetch times %v; GCS bytes %d = %.3f·D (per proxy %v)", took, sum, float64(sum)/float64(h.D()), per)
-	traffic(t, h)
+	prefetchEvery(t, h, 90*time.Second)
 	checkCopies(t, h, h.Nodes, func(i int) [][]byte { return [][]byte{want(i)} })
 	bad := h.Nodes[1]
 	fs, err := bad.Fleet(ctx)

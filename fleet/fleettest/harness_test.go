@@ -203,6 +203,26 @@ func prefetchAll(t *testing.T, h *Harness, nodes []*Node, timeout time.Duration)
 	return took, errs
 }
 
+// prefetchEvery has every node prefetch the dataset at once, fails the
+// test for each error, logs the times, GCS bytes and traffic, and returns
+// the GCS bytes so far (in all and per proxy).
+func prefetchEvery(t *testing.T, h *Harness, timeout time.Duration) (sum int64, per []int64) {
+	t.Helper()
+	took, errs := prefetchAll(t, h, h.Nodes, timeout)
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("%s: prefetch: %v", h.Nodes[i].Name, err)
+		}
+	}
+	sum, per, err := h.GCSBytes(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("prefetch times %v; GCS bytes %d = %.3f·D (per proxy %v)", took, sum, float64(sum)/float64(h.D()), per)
+	traffic(t, h)
+	return sum, per
+}
+
 func traffic(t *testing.T, h *Harness) {
 	t.Helper()
 	for _, n := range h.Nodes {
@@ -227,19 +247,8 @@ func TestFleet(t *testing.T) {
 	// agent is SIGKILLed and restarted on its cache, and re-adopts it.
 	t.Run("AllPrefetch", func(t *testing.T) {
 		h := fleet(t, Config{})
-		took, errs := prefetchAll(t, h, h.Nodes, 60*time.Second)
-		for i, err := range errs {
-			if err != nil {
-				t.Errorf("%s: prefetch: %v", h.Nodes[i].Name, err)
-			}
-		}
-		sum, per, err := h.GCSBytes(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		sum, _ := prefetchEvery(t, h, 60*time.Second)
 		d := h.D()
-		t.Logf("prefetch times %v; GCS bytes %d = %.3f·D (per proxy %v; N·D = %d)", took, sum, float64(sum)/float64(d), per, 3*d)
-		traffic(t, h)
 		if float64(sum) > 1.05*float64(d) {
 			t.Errorf("GCS bytes %d > 1.05·D (%d)", sum, d)
 		}

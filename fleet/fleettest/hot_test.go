@@ -23,18 +23,7 @@ func TestHotObject(t *testing.T) {
 	size := chunks*placement.DefaultChunkSize + 12345 // 6 chunks, the last short
 	h := fleet(t, Config{Objects: 1, Size: size, GCSMbit: 160, PeerMbit: 640, DiskMax: "512MiB"})
 	ctx := context.Background()
-	took, errs := prefetchAll(t, h, h.Nodes, 120*time.Second)
-	for i, err := range errs {
-		if err != nil {
-			t.Errorf("%s: prefetch: %v", h.Nodes[i].Name, err)
-		}
-	}
-	sum, per, err := h.GCSBytes(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("prefetch times %v; GCS bytes %d = %.3f·D (per proxy %v)", took, sum, float64(sum)/float64(size), per)
-	traffic(t, h)
+	sum, per := prefetchEvery(t, h, 120*time.Second)
 	for _, nd := range h.Nodes {
 		if st, err := nd.Status(ctx); err == nil {
 			t.Logf("%s: %d ranges read, %d split", nd.Name, st.Fetch.Ranges, st.Fetch.Splits)
