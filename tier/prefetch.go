@@ -37,6 +37,19 @@ type Progress struct {
 // Prefetch keeps going past per-object failures and returns them joined;
 // it stops early when the cache has no space left (ErrNoSpace) or ctx ends.
 func (c *Cache) Prefetch(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, progress func(Progress)) error {
+	return c.PrefetchWindow(ctx, objs, p, 0, progress)
+}
+
+// PrefetchWindow is Prefetch with up to window objects in flight (0 or
+// more than Config.PrefetchParallelism: that many). A fleet node reading
+// from owners uses a smaller window than a node reading GCS: its objects
+// come from owners that fill them first, and the fewer it asks for at
+// once, the sooner the first ones are done and cross the peer links while
+// the owners fill the next (see daemon.prefetchObjects).
+func (c *Cache) PrefetchWindow(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, window int, progress func(Progress)) error {
+	if window <= 0 || window > c.cfg.parallelism {
+		window = c.cfg.parallelism
+	}
 	end, err := c.begin()
 	if err != nil {
 		return err
@@ -51,7 +64,7 @@ func (c *Cache) Prefetch(ctx context.Context, objs []fetch.Attrs, p fetch.Priori
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	var g errgroup.Group
-	g.SetLimit(c.cfg.parallelism)
+	g.SetLimit(window)
 	for _, a := range objs {
 		if ctx.Err() != nil {
 			break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cacheagent/cacheagent/fetch"
@@ -112,5 +113,44 @@ func TestDemandRaisesPrefetchUrgency(t *testing.T) {
 	}
 	if n := env.dl.calls.Load(); n != 1 {
 		t.Errorf("downloads = %d; want 1", n)
+	}
+}
+
+// TestPrefetchWindow: PrefetchWindow keeps at most window downloads in
+// flight.
+func TestPrefetchWindow(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	var objs []fetch.Attrs
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		objs = append(objs, env.put(t, "bkt", name, pattern(i, 1000)))
+	}
+	g := installGate(c, env.dl)
+	var cur, most atomic.Int32
+	gated := env.dl.before
+	env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		return gated(ctx, a, u)
+	}
+	var wg sync.WaitGroup
+	var perr error
+	wg.Go(func() { perr = c.PrefetchWindow(context.Background(), objs, fetch.Warm, 2, nil) })
+	<-g.arrived
+	<-g.arrived // two in flight, held at the gate
+	close(g.release)
+	wg.Wait()
+	if perr != nil {
+		t.Fatalf("PrefetchWindow = %v", perr)
+	}
+	if got := most.Load(); got != 2 {
+		t.Errorf("at most %d downloads in flight; want 2", got)
+	}
+	for _, a := range objs {
+		if _, ok := c.Lookup(a.Bucket, a.Name); !ok {
+			t.Errorf("%s not cached", a.Name)
+		}
 	}
 }
