@@ -51,6 +51,8 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	}
 	d.fleet = f
 	p.owners.f.Store(f)
+	listCtx, stopListing := context.WithCancel(context.Background())
+	p.stopListing = stopListing
 	// The disk tier keeps what this node owns first; ownership moves with
 	// every membership change.
 	p.owners.rebalance()
@@ -62,6 +64,13 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 			d.cache.SetOwnership(p.src.Keeps)
 		}
 	})
+	// The sources a warm job will not list are listed once now, so
+	// their datasets are balanced (see fleetOwners) before readers come.
+	for _, s := range cfg.Sources {
+		if !s.Warm {
+			d.servers.Go(func() { d.listForBalance(listCtx, s.URI) })
+		}
+	}
 	d.servers.Go(func() {
 		if err := p.http.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
 			d.log.Error("peer server failed", "err", err)
@@ -85,6 +94,31 @@ func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) []fetch.Attrs {
 	return d.peers.owners.interleave(objs)
 }
 
+// listForBalance lists the source uri and balances its owners over the
+// objects (at most maxBalancedKeys of them), so that reads of a dataset no
+// prefetch lists are placed the balanced way too.
+func (d *Daemon) listForBalance(ctx context.Context, uri string) {
+	u, err := fetch.ParsePrefix(uri)
+	if err != nil { // validated with the config
+		return
+	}
+	var objs []fetch.Attrs
+	for a, err := range d.src.List(ctx, u.Bucket, u.Path) {
+		if err != nil {
+			if ctx.Err() == nil {
+				d.log.Warn("fleet: list a source to balance its owners", "uri", uri, "err", err)
+			}
+			return
+		}
+		if objs = append(objs, a); len(objs) > maxBalancedKeys {
+			d.log.Info("fleet: source too large to balance; its objects are placed by hashing alone", "uri", uri)
+			return
+		}
+	}
+	d.fleetListed(uri, objs)
+	d.log.Info("fleet: balanced the owners of a source", "uri", uri, "objects", len(objs))
+}
+
 // fleetWeight is this agent's placement weight: its disk tier's budget.
 func (d *Daemon) fleetWeight() float64 { return float64(max(d.stats.get().Base().MaxBytes, 1)) }
 
@@ -105,6 +139,7 @@ func (d *Daemon) closeFleet(ctx context.Context) error {
 		return nil
 	}
 	d.peers.owners.f.Store(nil) // this node's reads go to GCS from now on
+	d.peers.stopListing()
 	return errors.Join(d.fleet.Close(ctx), shutdown(ctx, d.peers.http))
 }
 

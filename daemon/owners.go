@@ -86,6 +86,14 @@ func (o *fleetOwners) register(src *peer.Source, uri string, objs []fetch.Attrs)
 	return o.rebalanceLocked()
 }
 
+// listed reports whether the dataset uri is among those balanced.
+func (o *fleetOwners) listed(uri string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.sets[uri]
+	return ok
+}
+
 // rebalance recomputes the assignment over the fleet's current table,
 // and reports whether the owners changed.
 func (o *fleetOwners) rebalance() bool {

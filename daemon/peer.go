@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -46,6 +47,9 @@ type peerPlane struct {
 	http   *http.Server
 	ln     net.Listener
 	tls    *peer.TLS // nil: plain HTTP (peer_tls: false, or no key file)
+	// stopListing cancels the listings of sources started with the
+	// fleet (set by startFleet).
+	stopListing context.CancelFunc
 }
 
 // newPeerPlane builds the client side of the data plane over gcs for the

@@ -48,9 +48,12 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 	a := node("node-a")
 	b := node("node-b", a.fleet.Self().Addr)
 	deadline := time.Now().Add(testTimeout)
-	for a.fleet.Table().Len() < 2 || b.fleet.Table().Len() < 2 {
+	// Each lists its source at start and balances its owners over it.
+	for a.fleet.Table().Len() < 2 || b.fleet.Table().Len() < 2 || !a.peers.owners.listed("gs://bkt/d/") ||
+		!b.peers.owners.listed("gs://bkt/d/") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the nodes never saw each other: %d and %d members", a.fleet.Table().Len(), b.fleet.Table().Len())
+			t.Fatalf("the nodes never saw each other (%d and %d members) or never listed their source",
+				a.fleet.Table().Len(), b.fleet.Table().Len())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
