@@ -90,7 +90,13 @@ func (t *Table) Balance(items []Item, slack float64) *Assignment {
 // spill returns the member for a key whose rendezvous owner has no room:
 // the best-ranked one with room, or the one it overfills least.
 func (a *Assignment) spill(h uint64, size int64, bound []float64) int {
-	ranked := a.table.ranked(h, len(a.table.members))
+	t := a.table
+	ranked := make([]int, len(t.members))
+	score := make([]float64, len(t.members))
+	for i := range ranked {
+		ranked[i], score[i] = i, t.rank(h, i)
+	}
+	slices.SortFunc(ranked, func(x, y int) int { return cmp.Compare(score[y], score[x]) })
 	for _, i := range ranked[1:] {
 		if float64(a.bytes[i]+size) <= bound[i] {
 			return i

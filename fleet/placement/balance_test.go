@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -169,4 +170,65 @@ func BenchmarkBalance(b *testing.B) {
 	for b.Loop() {
 		tab.Balance(its, DefaultSlack)
 	}
+}
+
+// TestSimulationBalanced is TestSimulationTable's dataset (4096 objects ×
+// 256 MiB in 8 MiB chunks) placed by Balance instead of rendezvous alone:
+// the busiest owner's bytes against the mean (equal weights) and against
+// its weight share (half the nodes twice as heavy), and the share of keys
+// a join and a leave move.
+func TestSimulationBalanced(t *testing.T) {
+	nodes := []int{8, 16, 64, 256, 1024}
+	if testing.Short() || raceEnabled {
+		nodes = nodes[:3]
+	}
+	var its []Item
+	for i := range 4096 {
+		for c := range 32 {
+			its = append(its, Item{Key: Key{Bucket: "bkt", Object: fmt.Sprintf("shard-%05d", i), Generation: int64(i + 1), Chunk: c}, Size: 8 << 20})
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| N | max/mean owned, equal | max owned/weight share, half 2× | keys spilled | join: moved | ideal 1/(N+1) | leave: moved | ideal 1/N |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, n := range nodes {
+		eq := mustNew(t, members(n, 1))
+		a := eq.Balance(its, DefaultSlack)
+		var heavy []Member
+		for i, m := range members(n, 1) {
+			if i%2 == 1 {
+				m.Weight = 2
+			}
+			heavy = append(heavy, m)
+		}
+		hw := mustNew(t, heavy)
+		ah := hw.Balance(its, DefaultSlack)
+		var most, mostShare float64
+		for _, m := range eq.Members() {
+			most = max(most, float64(a.OwnedBytes(m.Name)))
+		}
+		for _, m := range hw.Members() {
+			mostShare = max(mostShare, float64(ah.OwnedBytes(m.Name))/(hw.OwnedShare(m.Name)*float64(len(its))*(8<<20)))
+		}
+		mean := float64(len(its)) * (8 << 20) / float64(n)
+		joined := mustNew(t, append(members(n, 1), Member{Name: "node-new", Weight: 1}))
+		left := mustNew(t, members(n, 1)[1:])
+		aj, al := joined.Balance(its, DefaultSlack), left.Balance(its, DefaultSlack)
+		var mj, ml int
+		for _, it := range its {
+			o, _ := a.Owner(it.Key)
+			if x, _ := aj.Owner(it.Key); x.Name != o.Name {
+				mj++
+			}
+			if x, _ := al.Owner(it.Key); x.Name != o.Name {
+				ml++
+			}
+		}
+		if most/mean > 1+DefaultSlack+0.01 || mostShare > 1+DefaultSlack+0.01 {
+			t.Errorf("N=%d: busiest owner %.3f of the mean, %.3f of its share; want ≤ %.2f", n, most/mean, mostShare, 1+DefaultSlack)
+		}
+		k := float64(len(its))
+		fmt.Fprintf(&b, "| %d | %.3f | %.3f | %d | %.5f | %.5f | %.5f | %.5f |\n", n, most/mean, mostShare, a.Moved(),
+			float64(mj)/k, 1/float64(n+1), float64(ml)/k, 1/float64(n))
+	}
+	t.Logf("D = 4096 objects × 256 MiB, 8 MiB chunks (131072 keys), slack %.2f\n\n%s", DefaultSlack, b.String())
 }
