@@ -364,6 +364,10 @@ func run(ctx context.Context, o opts) error {
 		// guess from the link rates.
 		victim := h.Nodes[N-1]
 		survivors := h.Nodes[:N-1]
+		owned, err := ownedBytes(ctx, h, h.Nodes[0])
+		if err != nil {
+			return fmt.Errorf("phase 4: who owns what: %w", err)
+		}
 		est := time.Duration(float64(D) / (rg * 1e6 / 8) / ideal * float64(time.Second))
 		killAt := est / 2
 		go func() {
@@ -371,7 +375,7 @@ func run(ctx context.Context, o opts) error {
 			victim.Kill()
 		}()
 		es := readAll(ctx, o, h, h.Nodes, 7)
-		g, _, _ := h.GCSBytes(ctx)
+		g, per, _ := h.GCSBytes(ctx)
 		errs, corrupt, first := problems(es[:N-1])
 		report("\n## 4. %d nodes, ample budget, %s SIGKILLed %.2fs into a cold epoch (half the link-bound estimate %.2fs)",
 			N, victim.Name, killAt.Seconds(), est.Seconds())
@@ -383,7 +387,18 @@ func run(ctx context.Context, o opts) error {
 		}
 		report("survivors' worst single read (the stall bound; target ≤ 2 s for a refused peer): %.2fs; read errors %d %s; corrupt bytes %d (target 0)",
 			worst.Seconds(), errs, first, corrupt)
-		report("GCS bytes %s = %.3f·D (the dead node's unread share is re-read from GCS)", mib(g), float64(g)/float64(D))
+		// The dead node's share that the survivors had not read from it
+		// when it died must now come from GCS (or from each other).
+		var got int64
+		for _, n := range survivors {
+			if fs, err := n.Fleet(ctx); err == nil {
+				got = max(got, fs.Traffic.PeerBytes[victim.Name])
+			}
+		}
+		unread := owned[victim.Name] - got
+		report("GCS bytes %s = %.3f·D: extra %s = %.3f·D (target ≤ the dead node's unread share: it owned %s, had read %s of it from GCS, and a survivor had received at most %s of it: %s = %.3f·D unread)",
+			mib(g), float64(g)/float64(D), mib(g-D), float64(g-D)/float64(D), mib(owned[victim.Name]), mib(per[N-1]), mib(got),
+			mib(unread), float64(unread)/float64(D))
 		for _, n := range survivors {
 			if fs, err := n.Fleet(ctx); err == nil {
 				t := fs.Traffic

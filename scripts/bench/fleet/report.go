@@ -2,13 +2,16 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fleet/fleettest"
+	"github.com/cacheagent/cacheagent/fleet/placement"
 )
 
 // diff counts the bytes where a and b differ, the length difference included.
@@ -180,4 +183,44 @@ func prefetchAll(ctx context.Context, h *fleettest.Harness, nodes []*fleettest.N
 	}
 	wg.Wait()
 	return out
+}
+
+// ownedBytes returns the bytes of the dataset each member owns, as the
+// daemons place it: the members' weights from n's fleet status, and the
+// dataset (listed by n) balanced over them, as every node balances its
+// configured source (objects of at most one chunk: one key each).
+func ownedBytes(ctx context.Context, h *fleettest.Harness, n *fleettest.Node) (map[string]int64, error) {
+	fs, err := n.Fleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ms []placement.Member
+	for _, m := range fs.Members {
+		ms = append(ms, placement.Member{Name: m.Name, Weight: m.Weight})
+	}
+	t, err := placement.New(ms)
+	if err != nil {
+		return nil, err
+	}
+	out, err := n.CLI(ctx, "ls", "--json", h.URI())
+	if err != nil {
+		return nil, err
+	}
+	var objs []control.Object
+	if err := json.Unmarshal(out, &objs); err != nil {
+		return nil, fmt.Errorf("ls --json: %w", err)
+	}
+	var items []placement.Item
+	for _, o := range objs {
+		if o.Size > placement.DefaultChunkSize {
+			return nil, fmt.Errorf("%s: larger than a chunk: not handled here", o.Name)
+		}
+		items = append(items, placement.Item{Key: placement.Key{Bucket: h.Config().Bucket, Object: o.Name, Generation: o.Generation}, Size: o.Size})
+	}
+	a := t.Balance(items, placement.DefaultSlack)
+	owned := make(map[string]int64)
+	for _, m := range t.Members() {
+		owned[m.Name] = a.OwnedBytes(m.Name)
+	}
+	return owned, nil
 }
