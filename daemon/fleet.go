@@ -94,9 +94,14 @@ func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) []fetch.Attrs {
 	return d.peers.owners.interleave(objs)
 }
 
+// maxListedForBalance bounds the objects of one source listed at fleet
+// start (their attributes are held until balanced: about 200 MiB at the
+// bound); a larger source is placed by rendezvous alone.
+const maxListedForBalance = 1 << 20
+
 // listForBalance lists the source uri and balances its owners over the
-// objects (at most maxBalancedKeys of them), so that reads of a dataset no
-// prefetch lists are placed the balanced way too.
+// objects (at most maxListedForBalance of them), so that reads of a
+// dataset no prefetch lists are placed the balanced way too.
 func (d *Daemon) listForBalance(ctx context.Context, uri string) {
 	u, err := fetch.ParsePrefix(uri)
 	if err != nil { // validated with the config
@@ -110,7 +115,7 @@ func (d *Daemon) listForBalance(ctx context.Context, uri string) {
 			}
 			return
 		}
-		if objs = append(objs, a); len(objs) > maxBalancedKeys {
+		if objs = append(objs, a); len(objs) > maxListedForBalance {
 			d.log.Info("fleet: source too large to balance; its objects are placed by hashing alone", "uri", uri)
 			return
 		}
