@@ -64,8 +64,9 @@ func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 }
 
 // register balances the keys of the dataset uri (objs, as src routes them)
-// with the others listed before, and reports whether the owners changed.
-// A new listing of uri replaces the old.
+// with the others listed before, and reports whether it could (false
+// before the fleet starts; startFleet balances then). A new listing of uri
+// replaces the old.
 func (o *fleetOwners) register(src *peer.Source, uri string, objs []fetch.Attrs) bool {
 	items := src.Items(objs)
 	o.mu.Lock()
@@ -73,13 +74,8 @@ func (o *fleetOwners) register(src *peer.Source, uri string, objs []fetch.Attrs)
 	if o.sets == nil {
 		o.sets = make(map[string][]placement.Item)
 	}
-	if _, ok := o.sets[uri]; ok {
-		for i, u := range o.order {
-			if u == uri {
-				o.order = append(o.order[:i], o.order[i+1:]...)
-				break
-			}
-		}
+	if i := slices.Index(o.order, uri); i >= 0 {
+		o.order = slices.Delete(o.order, i, i+1)
 	}
 	o.sets[uri] = items
 	o.order = append(o.order, uri)
@@ -95,7 +91,8 @@ func (o *fleetOwners) listed(uri string) bool {
 }
 
 // rebalance recomputes the assignment over the fleet's current table,
-// and reports whether the owners changed.
+// and reports whether there was one to compute (a fleet, and a dataset
+// listed).
 func (o *fleetOwners) rebalance() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -144,10 +141,7 @@ func (o *fleetOwners) interleave(objs []fetch.Attrs) []fetch.Attrs {
 	seen := make(map[string]int)
 	slots := make([]slot, len(objs))
 	for i, obj := range objs {
-		m, ok := a.Owner(peer.ObjectKey(obj.Object))
-		if !ok {
-			m = a.Table().Owner(peer.ObjectKey(obj.Object))
-		}
+		m := a.Owners(peer.ObjectKey(obj.Object), 1)[0] // rendezvous outside the assignment
 		owner, _ := a.Table().Index(m.Name)
 		slots[i] = slot{round: seen[m.Name], owner: owner, i: i}
 		seen[m.Name]++

@@ -42,19 +42,32 @@ func TestOwnershipEvictsUnownedFirst(t *testing.T) {
 	checkInvariants(t, c)
 }
 
-// TestOwnershipWithPlans checks the preference among copies no plan
-// needs while a plan is announced, and that a change of ownership is seen.
-func TestOwnershipWithPlans(t *testing.T) {
+// ownedWithPlan opens a cache with room for three objects that owns
+// "own/…", puts names, opens the first three in order, and announces a
+// plan of the objects at the planned indexes once the planner is idle.
+func ownedWithPlan(t *testing.T, names []string, planned ...int) (*Cache, []fetch.Object) {
+	t.Helper()
 	e := newDirEnv(t)
 	c := openCache(t, e.config(t.TempDir(), 3*objSize))
 	hooks := planHooks(c)
 	c.SetOwnership(ownsPrefix)
-	o := e.putObjects(t, "own/a", "x", "p", "q")
-	touch(t, c, o[0], o[1], o[2]) // own/a, x: no plan needs them; p is planned
-	if err := c.Plan(context.Background(), "plan", []fetch.Object{o[2]}); err != nil {
+	o := e.putObjects(t, names...)
+	touch(t, c, o[:3]...)
+	var plan []fetch.Object
+	for _, i := range planned {
+		plan = append(plan, o[i])
+	}
+	if err := c.Plan(context.Background(), "plan", plan); err != nil {
 		t.Fatal(err)
 	}
 	hooks.awaitIdle(t)
+	return c, o
+}
+
+// TestOwnershipWithPlans checks the preference among copies no plan
+// needs while a plan is announced, and that a change of ownership is seen.
+func TestOwnershipWithPlans(t *testing.T) {
+	c, o := ownedWithPlan(t, []string{"own/a", "x", "p", "q"}, 2) // own/a, x: no plan needs them; p is planned
 	touch(t, c, o[3])
 	if got := residents(c, "own/a", "x", "p", "q"); !got["own/a"] || got["x"] || !got["p"] || !got["q"] {
 		t.Errorf("cached %v; want x evicted: unplanned and not owned", got)
@@ -71,16 +84,7 @@ func TestOwnershipWithPlans(t *testing.T) {
 // an owned one even while a plan needs it (its owner can serve it again;
 // the fleet keeps the owned one only here).
 func TestOwnershipOverPlans(t *testing.T) {
-	e := newDirEnv(t)
-	c := openCache(t, e.config(t.TempDir(), 3*objSize))
-	hooks := planHooks(c)
-	c.SetOwnership(ownsPrefix)
-	o := e.putObjects(t, "own/a", "p", "r", "y")
-	touch(t, c, o[0], o[1], o[2])
-	if err := c.Plan(context.Background(), "plan", []fetch.Object{o[1], o[2]}); err != nil {
-		t.Fatal(err)
-	}
-	hooks.awaitIdle(t)
+	c, o := ownedWithPlan(t, []string{"own/a", "p", "r", "y"}, 1, 2)
 	touch(t, c, o[3])
 	if got := residents(c, "own/a", "p", "r", "y"); !got["own/a"] || !got["p"] || got["r"] || !got["y"] {
 		t.Errorf("cached %v; want r evicted (planned farthest, not owned), own/a kept", got)
