@@ -17,6 +17,7 @@ import (
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/mount"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -157,10 +158,24 @@ type FetchConfig struct {
 type MountConfig struct {
 	// Path is the mountpoint; "" means no mount.
 	Path string `yaml:"path"`
-	// SkipOpen lets the kernel open files without asking the daemon
-	// (mount.Config.SkipOpen): many small files read about twice as fast,
-	// but the kernel cannot read the cached files itself (no passthrough).
+	// Open says whether the kernel asks the daemon to open each file
+	// (mount.Config.Open): "auto" (the default) decides at the first open,
+	// from the dataset; "ask" always asks (and the kernel reads the cached
+	// files itself, by passthrough, where it can); "skip" never asks (many
+	// small files read about twice as fast; no passthrough).
+	Open string `yaml:"open"`
+	// SkipOpen true is the older spelling of open: skip.
 	SkipOpen bool `yaml:"skip_open"`
+}
+
+// OpenMode returns the mount's open mode, from Open and SkipOpen (checked
+// by Validate).
+func (m MountConfig) OpenMode() mount.OpenMode {
+	if m.SkipOpen {
+		return mount.OpenSkip
+	}
+	o, _ := mount.ParseOpenMode(m.Open)
+	return o
 }
 
 // ControlConfig places the control socket.
@@ -366,6 +381,11 @@ func (c Config) check() *fieldError {
 		return bad(fmt.Sprintf("%d is out of range (at most 65536)", c.Fetch.SmallConnections), "fetch", "small_connections")
 	case strings.ContainsRune(c.Control.Socket, 0) || len(c.Control.Socket) > 104:
 		return bad("not a usable socket path (at most 104 bytes)", "control", "socket")
+	}
+	if o, err := mount.ParseOpenMode(c.Mount.Open); err != nil {
+		return bad(fmt.Sprintf("%q is not one of auto, ask, skip", c.Mount.Open), "mount", "open")
+	} else if c.Mount.SkipOpen && o != mount.OpenSkip && o != mount.OpenAuto {
+		return bad(fmt.Sprintf("skip_open: true contradicts open: %s", o), "mount", "skip_open")
 	}
 	switch c.GPU {
 	case "", "auto", "cuda", "fake", "none":

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/mount"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -18,7 +19,7 @@ tiers:
   shm:  {dir: /dev/shm/cacheagent, max: 32GiB}
   scrub: {rate: 50MiB, interval: 12h}
 fetch: {connections: 64, slice: 32MiB, endpoint: "http://127.0.0.1:4443", revalidate: 90s, small_object: 256KiB, small_connections: 8, checksum_attempts: 6}
-mount: {path: /mnt/gcs}
+mount: {path: /mnt/gcs, open: ask}
 control: {socket: /run/cacheagent/control.sock}
 metrics: {listen: 127.0.0.1:9464}
 gpu: auto
@@ -30,9 +31,15 @@ gpu: auto
 	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != "gs://other" ||
 		c.Tiers.Disk.Max != 300<<30 || c.Tiers.Shm.Max != 32<<30 || c.Fetch.Slice != 32<<20 ||
 		c.Fetch.Connections != 64 || c.Fetch.SmallObject != 256<<10 || c.Fetch.SmallConnections != 8 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
-		c.Mount.Path != "/mnt/gcs" || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" ||
+		c.Mount.Path != "/mnt/gcs" || c.Mount.OpenMode() != mount.OpenAsk || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" ||
 		c.Tiers.Scrub.Rate != 50<<20 || c.Tiers.Scrub.interval() != 12*time.Hour || c.Fetch.Downloader().ChecksumAttempts != 6 {
 		t.Errorf("ParseConfig(full) = %+v", c)
+	}
+	for in, want := range map[string]mount.OpenMode{"": mount.OpenAuto, "mount: {open: skip}": mount.OpenSkip,
+		"mount: {skip_open: true}": mount.OpenSkip, "mount: {open: skip, skip_open: true}": mount.OpenSkip} {
+		if c, err := ParseConfig([]byte(in)); err != nil || c.Mount.OpenMode() != want {
+			t.Errorf("ParseConfig(%q): open mode %v, %v; want %v", in, c.Mount.OpenMode(), err, want)
+		}
 	}
 	for _, empty := range []string{"", "\n", "# only a comment\n", "---\n"} {
 		if c, err := ParseConfig([]byte(empty)); err != nil || len(c.Sources) != 0 {
@@ -58,6 +65,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"fetch:\n  small_connections: 70000\n", "line 2: fetch.small_connections"},
 		{"fetch:\n  small_object: -1MiB\n", "line 2"},
 		{"gpu: tpu\n", "line 1: gpu"},
+		{"mount:\n  open: never\n", "line 2: mount.open"},
+		{"mount:\n  open: ask\n  skip_open: true\n", "line 3: mount.skip_open"},
 		{"tiers:\n  scrub: {rate: 1MiB, interval: -1h}\n", "line 2: tiers.scrub.interval"},
 		{"fetch:\n  checksum_attempts: -1\n", "line 2: fetch.checksum_attempts"},
 		{"tiers:\n  shm: {max: 1GiB}\n", "tiers.shm.max"},

@@ -197,12 +197,12 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
 	}
 	srv, err := mount.Mount(ctx, cfg.Mount.Path, mount.Config{Cache: d.cache, Source: d.src, Roots: roots,
-		AllowOther: true, SkipOpen: cfg.Mount.SkipOpen, Logger: d.log})
+		AllowOther: true, Open: cfg.Mount.OpenMode(), Logger: d.log})
 	if err != nil {
 		return fmt.Errorf("daemon: mount: %w", err)
 	}
 	d.mnt = srv
-	d.log.Info("mounted", "path", srv.Mountpoint(), "passthrough", srv.Passthrough())
+	d.log.Info("mounted", "path", srv.Mountpoint(), "passthrough", srv.Passthrough(), "open", srv.Opening().String())
 	return nil
 }
 

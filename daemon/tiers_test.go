@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -62,8 +61,8 @@ func TestShmTier(t *testing.T) {
 	}
 }
 
-// TestMount serves the sources at mount.path, with and without
-// mount.skip_open, and reads an object through it; Close unmounts.
+// TestMount serves the sources at mount.path, in each mount.open mode, and
+// reads an object through it; Close unmounts.
 func TestMount(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		testenv.Cannot(t, "no FUSE device: %v", err)
@@ -73,12 +72,12 @@ func TestMount(t *testing.T) {
 	}
 	objs := dataset("bkt", "m/", 1, 70_000)
 	emu := startEmulator(t, objs)
-	for _, skipOpen := range []bool{false, true} {
-		t.Run(fmt.Sprintf("skip_open=%v", skipOpen), func(t *testing.T) {
+	for _, open := range []string{"auto", "ask", "skip"} {
+		t.Run("open="+open, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := testConfig(dir, emu)
 			cfg.Sources = []SourceConfig{{URI: "gs://bkt/m/"}}
-			cfg.Mount.Path, cfg.Mount.SkipOpen = filepath.Join(dir, "mnt"), skipOpen
+			cfg.Mount.Path, cfg.Mount.Open = filepath.Join(dir, "mnt"), open
 			d := startDaemon(t, cfg)
 			got, err := os.ReadFile(filepath.Join(cfg.Mount.Path, "bkt", "m", "00"))
 			if err != nil || !bytes.Equal(got, objs[0].Content) {

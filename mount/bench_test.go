@@ -29,6 +29,10 @@ import (
 // benchReadBuf is the read size of the sequential benchmarks.
 const benchReadBuf = 1 << 20
 
+// benchModes are the modes of the warm benchmarks: each way of serving
+// reads, and "default" (OpenAuto, which picks one of them by the dataset).
+var benchModes = append(slices.Clone(modes), mode{name: "default", open: OpenAuto})
+
 // warmCache is a disk cache over a local-directory source (no emulator: the
 // warm benchmarks never download, and a Dir keeps the data out of memory).
 type warmCache struct {
@@ -148,9 +152,11 @@ func timeRead(b *testing.B, paths []string, buf []byte, want int64) time.Duratio
 	return time.Since(start)
 }
 
-// reportMode reports the passthrough flag and the reads served per op.
+// reportMode reports the passthrough and skip-open flags and the reads
+// served per op.
 func reportMode(b *testing.B, srv *Server, readsBefore int64) {
 	b.ReportMetric(flag(srv.Passthrough()), "passthrough")
+	b.ReportMetric(flag(srv.Opening() == OpenSkip), "skip-open")
 	b.ReportMetric(float64(srv.Stats().Reads-readsBefore)/float64(b.N), "fuse-reads/op")
 }
 
@@ -171,7 +177,7 @@ func BenchmarkWarmSequential(b *testing.B) {
 	}
 	w := newWarmCache(b, []string{"big.bin"}, size)
 	buf := make([]byte, benchReadBuf)
-	for _, m := range modes {
+	for _, m := range benchModes {
 		b.Run(m.name, func(b *testing.B) {
 			srv, mp := benchMount(b, w.cache, w.src, m, nil)
 			through := []string{filepath.Join(mp, "data", "big.bin")}
@@ -212,8 +218,8 @@ func BenchmarkWarmSmallFiles(b *testing.B) {
 	}
 	w := newWarmCache(b, names, size)
 	buf := make([]byte, 128<<10)
-	reopen := mode{name: "passthrough-reopen"}
-	for _, m := range append(slices.Clone(modes), reopen) {
+	reopen := mode{name: "passthrough-reopen", open: OpenAsk}
+	for _, m := range append(slices.Clone(benchModes), reopen) {
 		b.Run(m.name, func(b *testing.B) {
 			var seams func(*FS)
 			if m == reopen {

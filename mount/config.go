@@ -68,15 +68,10 @@ type Config struct {
 	// the kernel could read the cached files itself (for comparison and
 	// debugging).
 	DisablePassthrough bool
-	// SkipOpen lets the kernel open files without asking this process
-	// (FUSE "no open"): once a file's pages are in the kernel's page cache,
-	// opening and reading it again costs no request at all, which roughly
-	// doubles the rate of reading small files. In exchange the kernel
-	// cannot read the cached files itself (passthrough is off for the
-	// whole mount): it asks this process for the pages it lacks, and those
-	// pages are then held twice in memory (the mount's and the cached
-	// file's). See "Opening without a request" in the package doc.
-	SkipOpen bool
+	// Open says whether the kernel asks this process to open each file:
+	// OpenAuto (the zero value) decides at the first open, from the
+	// dataset; see OpenMode and "Opening files" in the package doc.
+	Open OpenMode
 	// Logger receives warnings (names left out, failed listings and opens);
 	// nil discards them.
 	Logger *slog.Logger
@@ -91,7 +86,7 @@ type settings struct {
 	ttl         time.Duration       // negative: forever
 	allowOther  bool
 	passthrough bool
-	skipOpen    bool
+	open        OpenMode
 	log         *slog.Logger
 }
 
@@ -105,8 +100,11 @@ func (c Config) settings() (settings, error) {
 	}
 	s := settings{
 		cache: c.Cache, src: c.Source, buckets: make(map[string][]string), dynamic: len(c.Roots) == 0,
-		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough && !c.SkipOpen,
-		skipOpen: c.SkipOpen, log: c.Logger,
+		ttl: c.ListTTL, allowOther: c.AllowOther, passthrough: !c.DisablePassthrough && c.Open != OpenSkip,
+		open: c.Open, log: c.Logger,
+	}
+	if c.Open > OpenSkip {
+		return settings{}, fmt.Errorf("mount: Config.Open: unknown %v", c.Open)
 	}
 	for _, r := range c.Roots {
 		if why := checkBucket(r.Bucket); why != "" {

@@ -112,25 +112,38 @@
 // trip costs more than opening and reading a 100 KiB file from the page
 // cache; see docs/benchmarks.md.
 //
-// # Opening without a request
+// # Opening files
 //
-// With Config.SkipOpen the first open of a file is answered ENOSYS, which
-// the kernel (3.14+) remembers for the whole mount: it then opens and
-// closes files without asking (and, as Flush is answered ENOSYS too, without
-// a flush), keeps their pages cached, and asks this process only for the
-// pages it lacks, with READ requests that carry no file handle. Each such
-// read opens the cached copy through the cache (a demand fetch on a miss,
-// as an open would), is spliced from it, and closes it once the reply is
-// sent. A warm file then costs no request at all. The price: no
-// passthrough (it needs an open), a cache handle only while a read is being
-// answered (the cache may evict a file between two reads; the next read
-// fetches it again), the data of files read through the mount held twice in
-// the page cache (the mount's pages and the cached file's), and no ESTALE
-// retry: if a generation is replaced after its name was looked up, reads
-// that miss the page cache fail with ESTALE until the name's entry expires
-// (at most the ListTTL), when the kernel looks it up again. Use it for
-// datasets of many small files read repeatedly; keep passthrough for large
-// files.
+// Config.Open says whether the kernel asks this process to open each file.
+// With OpenAsk it does, as described under Files: the open holds the cached
+// copy, and passthrough serves the reads. With OpenSkip the first open of a
+// file is answered ENOSYS, which the kernel (3.14+) remembers for the whole
+// mount: it then opens and closes files without asking (and, as Flush is
+// answered ENOSYS too, without a flush), keeps their pages cached, and asks
+// this process only for the pages it lacks, with READ requests that carry
+// no file handle. Each such read opens the cached copy through the cache (a
+// demand fetch on a miss, as an open would), is spliced from it, and closes
+// it once the reply is sent. A warm file then costs no request at all. The
+// price: no passthrough (it needs an open), a cache handle only while a
+// read is being answered (the cache may evict a file between two reads; the
+// next read fetches it again), the data of files read through the mount
+// held twice in the page cache (the mount's pages and the cached file's),
+// and no ESTALE retry: if a generation is replaced after its name was
+// looked up, reads that miss the page cache fail with ESTALE until the
+// name's entry expires (at most the ListTTL), when the kernel looks it up
+// again.
+//
+// The two cannot be mixed: the kernel asks for every open of a mount or
+// for none. OpenAuto, the default, lets the first open of a file decide,
+// once, from the listing of that file's bucket (under the mount's roots):
+// OpenSkip if files of at most SmallFileSize (1 MiB, one read request) hold
+// at least SmallFileShare (90 %) of the listed bytes, a dataset of many
+// small files (images, clips, records) where the request per open would
+// cost more than reading the file; otherwise OpenAsk, which keeps
+// passthrough for large files. The decision is logged and reported by
+// Server.Opening. In a dynamic mount it is taken from the first bucket a
+// file is opened in; a mount serving both kinds of dataset should set the
+// mode it wants.
 //
 // # Read-only
 //

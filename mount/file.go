@@ -15,7 +15,7 @@ import (
 	"github.com/cacheagent/cacheagent/tier"
 )
 
-// handle is one open of a file by the kernel (or, in a SkipOpen mount, one
+// handle is one open of a file by the kernel (or, in a mount that skips opens, one
 // read): the cache handle, which keeps the cached copy from being evicted,
 // and our own descriptor on that copy. The kernel sends no read after the
 // release, so fd stays valid for every read it answers.
@@ -163,7 +163,7 @@ func (h *handle) close() error {
 }
 
 // readUnopened answers a read of generation a (of bucket b) that comes
-// without an open file, in a SkipOpen mount: it opens the cached copy for
+// without an open file, in a mount that skips opens: it opens the cached copy for
 // this read alone (fetching it first on a miss) and closes it once the
 // kernel has the bytes. A generation that is gone gives ESTALE, and the
 // bucket is listed again at the next lookup.

@@ -29,6 +29,7 @@ type FS struct {
 	uid, gid    uint32
 	started     time.Time // directories' times
 	passthrough bool      // open files offer their descriptor for passthrough
+	opening     opening   // how opens are answered (settled at the first in OpenAuto)
 	// backings holds the files' registered backings where the server
 	// answers opens for passthrough itself (Mount); nil otherwise.
 	backings *backings
@@ -97,6 +98,7 @@ func New(cfg Config) (*FS, error) {
 	for b, ps := range s.buckets {
 		f.buckets[b] = &bucketView{name: b, prefixes: ps}
 	}
+	f.opening.decide(s.open) // OpenAuto leaves it undecided
 	f.root = &rootNode{f: f}
 	return f, nil
 }

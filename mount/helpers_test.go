@@ -83,9 +83,11 @@ func newEnvAt(t testing.TB, dir string, opts emulator.Options, dl fetch.Config) 
 	return &env{emu: emu, src: src, cache: c, logs: &logRecorder{}}
 }
 
-// config returns a mount configuration over e showing roots.
+// config returns a mount configuration over e showing roots. It asks for
+// every open (OpenAsk), the path most tests exercise: with OpenAuto their
+// small datasets would skip opens (TestOpenAuto covers the default).
 func (e *env) config(roots ...Root) Config {
-	return Config{Cache: e.cache, Source: e.src, Roots: roots, ListTTL: -1, Logger: slog.New(e.logs)}
+	return Config{Cache: e.cache, Source: e.src, Roots: roots, ListTTL: -1, Open: OpenAsk, Logger: slog.New(e.logs)}
 }
 
 // mount mounts cfg at a fresh mountpoint; see mountAt.

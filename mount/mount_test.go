@@ -69,19 +69,20 @@ func visible(objs []fakestorage.Object, roots []Root) []string {
 
 // mode is one way reads are served.
 type mode struct {
-	name     string
-	disable  bool // DisablePassthrough
-	skipOpen bool // SkipOpen
+	name    string
+	disable bool     // DisablePassthrough
+	open    OpenMode // Config.Open
 }
 
 // modes are the ways reads are served: by the kernel from the cached file
 // (where passthrough works), by this process from an open handle, and by
-// this process without opens.
-var modes = []mode{{"passthrough", false, false}, {"fd", true, false}, {"skipopen", false, true}}
+// this process without opens. (OpenAuto picks one of the first and the
+// last: TestOpenAuto.)
+var modes = []mode{{"passthrough", false, OpenAsk}, {"fd", true, OpenAsk}, {"skipopen", false, OpenSkip}}
 
 // apply sets m in cfg.
 func (m mode) apply(cfg *Config) {
-	cfg.DisablePassthrough, cfg.SkipOpen = m.disable, m.skipOpen
+	cfg.DisablePassthrough, cfg.Open = m.disable, m.open
 }
 
 // TestReadEveryObject reads every object through the mount, in both read
@@ -94,8 +95,8 @@ func TestReadEveryObject(t *testing.T) {
 			cfg := e.config(datasetRoots...)
 			m.apply(&cfg)
 			srv, mp := e.mount(t, cfg, nil)
-			if (m.disable || m.skipOpen) && srv.Passthrough() {
-				t.Fatal("Passthrough() = true with DisablePassthrough or SkipOpen")
+			if (m.disable || m.open == OpenSkip) && srv.Passthrough() {
+				t.Fatal("Passthrough() = true with DisablePassthrough or OpenSkip")
 			}
 			t.Logf("passthrough: %v", srv.Passthrough())
 			for _, o := range objs {

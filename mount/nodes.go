@@ -152,7 +152,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || flags&syscall.O_TRUNC != 0 {
 		return nil, 0, syscall.EROFS
 	}
-	if n.f.cfg.skipOpen {
+	if n.f.skipOpen(n) {
 		// The kernel remembers this for the whole mount: it opens files
 		// itself from now on, and reads with no file handle.
 		return nil, 0, syscall.ENOSYS
@@ -172,7 +172,7 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return h, fuse.FOPEN_KEEP_CACHE | fuse.FOPEN_NOFLUSH, 0
 }
 
-// Read reads from the open file fh or, in a SkipOpen mount (the kernel
+// Read reads from the open file fh or, in a mount that skips opens (the kernel
 // opened the file without asking: fh is nil), from the cached copy opened
 // for this read.
 func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -185,7 +185,7 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 // Flush answers ENOSYS, which the kernel remembers for the whole mount: it
 // stops sending the flush that close(2) would otherwise wait for. (Opens
 // answered by this process already ask for none, with FOPEN_NOFLUSH; the
-// files the kernel opens itself in a SkipOpen mount cannot.)
+// files the kernel opens itself in a mount that skips opens cannot.)
 func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	return syscall.ENOSYS
 }

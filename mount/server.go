@@ -85,7 +85,7 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 		s.Wait()
 		return nil, fmt.Errorf("mount: mount %s: %w", mp, err)
 	}
-	f.cfg.log.Info("mount: mounted", "mountpoint", mp, "passthrough", s.passthrough)
+	f.cfg.log.Info("mount: mounted", "mountpoint", mp, "passthrough", s.passthrough, "open", f.cfg.open.String())
 	return s, nil
 }
 
@@ -149,8 +149,10 @@ func canPassthrough(srv *fuse.Server) bool {
 func (s *Server) Mountpoint() string { return s.mountpoint }
 
 // Passthrough reports whether the kernel reads opened files' cached copies
-// itself (FUSE passthrough) rather than asking this process.
-func (s *Server) Passthrough() bool { return s.passthrough }
+// itself (FUSE passthrough) rather than asking this process: where the
+// kernel offers it, unless the mount skips opens (OpenSkip, or OpenAuto
+// once its first open chose to), which leaves nothing to pass through.
+func (s *Server) Passthrough() bool { return s.passthrough && s.fs.opening.get() != OpenSkip }
 
 // Stats returns the filesystem's counters.
 func (s *Server) Stats() Stats { return s.fs.Stats() }

@@ -65,6 +65,9 @@ func (d dirList) find(name string) (entry, bool) {
 type listing struct {
 	dirs    map[string]dirList
 	objects int // files in the tree
+	// bytes is the files' total size; smallBytes that of those no larger
+	// than SmallFileSize (OpenAuto's rule).
+	bytes, smallBytes int64
 }
 
 // builder assembles a listing from flat, '/'-delimited object names, in any
@@ -134,6 +137,12 @@ func (b *builder) build() *listing {
 		d := make(dirList, 0, len(m))
 		for _, e := range m {
 			d = append(d, e)
+			if !e.dir {
+				l.bytes += e.attrs.Size
+				if e.attrs.Size <= SmallFileSize {
+					l.smallBytes += e.attrs.Size
+				}
+			}
 		}
 		slices.SortFunc(d, func(x, y entry) int { return strings.Compare(x.name, y.name) })
 		l.dirs[p] = d

@@ -229,9 +229,13 @@ func TestConfigErrors(t *testing.T) {
 	if f, err := New(good); err != nil || !f.cfg.dynamic {
 		t.Errorf("New with no roots: %v; want a dynamic mount", err)
 	}
-	good.SkipOpen = true
+	good.Open = OpenSkip
 	if f, err := New(good); err != nil || f.cfg.passthrough {
-		t.Errorf("New with SkipOpen: %v; want passthrough off", err)
+		t.Errorf("New with OpenSkip: %v; want passthrough off", err)
+	}
+	good.Open = OpenSkip + 1
+	if _, err := New(good); err == nil {
+		t.Error("New with an unknown OpenMode: no error")
 	}
 }
 

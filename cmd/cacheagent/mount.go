@@ -25,6 +25,7 @@ func newMountCmd(opts *cli.Options) *cobra.Command {
 		allowOther  bool
 		passthrough bool
 		skipOpen    bool
+		open        string
 	)
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT [gs://BUCKET[/PREFIX]...]",
@@ -54,6 +55,13 @@ by a crashed mount is cleared at start.`,
 			if err != nil {
 				return err
 			}
+			om, err := mount.ParseOpenMode(open)
+			if err != nil {
+				return err
+			}
+			if skipOpen {
+				om = mount.OpenSkip
+			}
 			ctx := cmd.Context()
 			a, err := cli.OpenAgent(ctx, opts.Config())
 			if err != nil {
@@ -67,7 +75,7 @@ by a crashed mount is cleared at start.`,
 				ListTTL:            listTTL,
 				AllowOther:         allowOther,
 				DisablePassthrough: !passthrough,
-				SkipOpen:           skipOpen,
+				Open:               om,
 				Logger:             slog.Default(),
 			})
 			if err != nil {
@@ -86,7 +94,9 @@ by a crashed mount is cleared at start.`,
 	f.DurationVar(&listTTL, "list-ttl", mount.DefaultListTTL, "list a bucket again when its listing is older than this (negative: never; 0: the default)")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users read the mount (root, or user_allow_other in /etc/fuse.conf)")
 	f.BoolVar(&passthrough, "passthrough", true, "let the kernel read cached files itself (FUSE passthrough) where it can")
-	f.BoolVar(&skipOpen, "skip-open", false, "let the kernel open files without asking (faster for many small files; turns passthrough off and caches pages twice)")
+	f.StringVar(&open, "open", "auto", "whether the kernel asks to open each file: ask (passthrough where the kernel can), skip (many small files read ~2x faster; no passthrough, pages cached twice) or auto (decided at the first open: skip where files of at most 1 MiB hold 90% of the listed bytes)")
+	f.BoolVar(&skipOpen, "skip-open", false, "same as --open skip")
+	_ = f.MarkDeprecated("skip-open", "use --open skip") // fails only for an undefined flag
 	return cmd
 }
 

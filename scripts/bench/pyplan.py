@@ -12,7 +12,11 @@ run against a fresh daemon (empty cache, fresh mount) per configuration:
   link-limited ideal dataset / (connections x rate);
 * half cache: tiers.disk.max = half the dataset (shm off), 3 epochs with and
   without the plan; the GCS bytes of each epoch are counted at the proxy
-  (GET /_linkshape/status before and after the epoch).
+  (GET /_linkshape/status before and after the epoch);
+* warm (--only warm): once every file is cached, the same job through the
+  mount against the same job over copies of the files in a local directory
+  (and a plain open/read loop in this process, both ways), in alternating
+  rounds: the mount's files/s as a share of reading the files directly.
 
 Self-contained: builds `cacheagent`, the GCS emulator and the shaping proxy
 (or copies them from CACHEAGENT_BIN_DIR), starts the emulator and the proxy
@@ -138,7 +142,7 @@ class Bench:
                        "  shm: {dir: none}\n"
                        f"fetch: {{endpoint: \"{self.endpoint}\", connections: {a.connections}"
                        + (f", small_connections: {a.small_connections}" if a.small_connections else "") + "}\n"
-                       f"mount: {{path: {mnt}}}\n"
+                       f"mount: {{path: {mnt}, open: {a.open}}}\n"
                        f"control: {{socket: {sock}}}\n"
                        "metrics: {listen: none}\n"
                        "gpu: none\n")
@@ -194,6 +198,54 @@ class Bench:
             _stop(p)
             _unmount(mnt)
 
+    def run_warm(self, rounds: int) -> list:
+        """A fresh daemon; one epoch fills the cache, the files are copied
+        to a local directory, then `rounds` rounds of the job and of a plain
+        read loop, through the mount and directly, alternating which goes
+        first. Returns [(kind, mount files/s, direct files/s)]."""
+        a = self.args
+        p, sock, mnt = self.start_daemon("warm", "8GiB")
+        try:
+            through = [f"{mnt}/{BUCKET}/{n}" for n in self.names]
+            local = self.tmp / "direct"
+            direct = [str(local / n) for n in self.names]
+            for src, dst in zip(through, direct):  # the cold epoch: every file cached
+                Path(dst).parent.mkdir(parents=True, exist_ok=True)
+                Path(dst).write_bytes(Path(src).read_bytes())
+
+            def job(paths: list) -> float:
+                ds = FileDataset(paths)
+                sampler = RandomSampler(ds, generator=torch.Generator().manual_seed(a.seed))
+                dl = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers)
+                t0 = time.perf_counter()
+                n = sum(x.shape[0] for x in dl)
+                dt = time.perf_counter() - t0
+                if n != len(paths):
+                    raise RuntimeError(f"warm job read {n} of {len(paths)} samples")
+                return n / dt
+
+            def loop(paths: list) -> float:
+                order = np.random.default_rng(a.seed).permutation(len(paths))
+                t0 = time.perf_counter()
+                for i in order:
+                    with open(paths[i], "rb") as f:
+                        f.read()
+                return len(paths) / (time.perf_counter() - t0)
+
+            job(through), job(direct), loop(through), loop(direct)  # warm both page caches and the workers' imports
+            out = []
+            for r in range(rounds):
+                for kind, fn in (("DataLoader job", job), ("open+read loop", loop)):
+                    if r % 2 == 0:
+                        m, d = fn(through), fn(direct)
+                    else:
+                        d, m = fn(direct), fn(through)
+                    out.append((kind, m, d))
+            return out
+        finally:
+            _stop(p)
+            _unmount(mnt)
+
     def cleanup(self) -> None:
         for m in self.mounts:
             _unmount(m)
@@ -239,8 +291,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--epochs", type=int, default=3, help="epochs of the half-cache runs")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", choices=["cold", "half", "plan"],
-                    help="run one part only (plan: the planned cold epoch alone, for quick comparisons)")
+    ap.add_argument("--only", choices=["cold", "half", "plan", "warm"],
+                    help="run one part only (plan: the planned cold epoch alone, for quick comparisons; "
+                         "warm: the warm job through the mount against direct reads, not run otherwise)")
+    ap.add_argument("--open", choices=["auto", "ask", "skip"], default="auto", help="the daemon's mount.open")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of --only warm")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pyplan-bench-"))
     b = Bench(args, tmp)
@@ -265,6 +320,16 @@ def main() -> None:
         print(f"ideal (link-limited, dataset / (connections x rate)): {ideal:.3f} s; with every object's first byte "
               f"on {conns} + {small} connections: {args.objects * (fb + args.size / rate) / (conns + small):.3f} s")
         res = {}
+        if args.only == "warm":
+            rows = b.run_warm(args.rounds)
+            print(f"\nwarm, mount.open {args.open}: files/s through the mount / reading the same files directly")
+            print("| kind | round | mount files/s | direct files/s | mount/direct |")
+            print("|---|---:|---:|---:|---:|")
+            for i, (kind, m, d) in enumerate(rows):
+                print(f"| {kind} | {i // 2 + 1} | {m:,.0f} | {d:,.0f} | {m / d:.2f} |")
+            for kind in ("DataLoader job", "open+read loop"):
+                rs = sorted(m / d for k, m, d in rows if k == kind)
+                print(f"{kind}: median mount/direct {rs[len(rs) // 2]:.2f} (target >= 0.5)")
         if args.only == "plan":
             dt, by = b.run_job("cold-plan", "8GiB", True, 1)[0]
             print(f"cold-plan: {dt:.2f} s, {by / 1e6:.1f} MB from GCS, {args.objects / dt:,.0f} samples/s, "
