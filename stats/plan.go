@@ -11,6 +11,11 @@ type Plan struct {
 	// PrefetchedBytes their bytes.
 	Prefetched      int64 `json:"prefetched"`
 	PrefetchedBytes int64 `json:"prefetched_bytes"`
+	// Listings counts the directories the planner listed to learn its
+	// objects' attributes; Listed the objects it then fetched without a
+	// metadata request of their own.
+	Listings int64 `json:"listings"`
+	Listed   int64 `json:"listed"`
 	// FetchRate and ConsumeRate are the measured rates, in bytes per
 	// second, of the planner's fetches and of readers advancing through
 	// their plans (0: not measured yet).

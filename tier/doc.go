@@ -179,8 +179,12 @@
 // and consumption rates call for (at most half the budget), never evicting
 // an object needed sooner than the one it brings in; it queues the next
 // few cached objects of each plan for promotion to the shm tier, so they
-// are copied just before use. PromoteObjects promotes exact objects
-// synchronously. PlanStats reports the planner's figures.
+// are copied just before use. The planner learns the attributes of the
+// objects it fetches from listings of their directories (one per
+// directory of at least a few planned objects, redone after a minute)
+// rather than from a metadata request per object; objects the listing
+// missed are stat'ed. PromoteObjects promotes exact objects synchronously.
+// PlanStats reports the planner's figures.
 //
 // # Freshness
 //

@@ -59,6 +59,7 @@ type plans struct {
 	idx      *plan.Index[string]
 	readers  map[string]*reader       // by plan id
 	objects  map[string]planned       // by index key: every object of every plan
+	dirs     map[string]*planDir      // by index key of bucket and directory: those of objects
 	failed   map[string]bool          // prefetches that failed; retried when re-announced
 	busy     map[string]bool          // being prefetched by the planner
 	sizes    int64                    // sum of the known sizes in objects
@@ -87,6 +88,10 @@ type planned struct {
 	refs   int
 	size   int64
 	opened bool
+	// listed is the object as its directory's listing (started at
+	// listedAt) gave it; zero if not listed.
+	listed   fetch.Attrs
+	listedAt time.Time
 }
 
 // newPlans returns the state of a cache without plans, whose planner
@@ -95,7 +100,8 @@ func newPlans(inflight int) *plans {
 	return &plans{inflight: inflight, wake: make(chan struct{}, 1), idx: plan.NewIndex[string](),
 		readers: make(map[string]*reader),
 		fetch:   plan.Meter{HalfLife: planFetchHalfLife},
-		objects: make(map[string]planned), failed: make(map[string]bool), busy: make(map[string]bool)}
+		objects: make(map[string]planned), dirs: make(map[string]*planDir),
+		failed: make(map[string]bool), busy: make(map[string]bool)}
 }
 
 // active reports whether victims are chosen by plan (p may be nil).
@@ -146,6 +152,9 @@ func (c *Cache) Plan(ctx context.Context, id string, objs []fetch.Object) error 
 		}
 		seen[k] = true
 		pl := p.objects[k]
+		if pl.refs == 0 {
+			p.addDirLocked(objs[i])
+		}
 		pl.obj, pl.refs, pl.opened = objs[i], pl.refs+1, false
 		p.objects[k] = pl
 		delete(p.failed, k)
@@ -254,6 +263,7 @@ func (p *plans) dropLocked(id string) bool {
 			p.sizes -= pl.size
 			p.known--
 		}
+		p.dropDirLocked(pl.obj)
 		delete(p.objects, k)
 		delete(p.failed, k)
 	}

@@ -76,7 +76,11 @@ func (c *Cache) planLoop() {
 		if inflight < c.plans.inflight && ctx.Err() == nil {
 			c.mu.Lock()
 			todo := c.planNextLocked(c.plans.inflight - inflight)
+			lists := c.plans.startListingsLocked(todo, time.Now())
 			c.mu.Unlock()
+			for _, l := range lists {
+				wg.Go(func() { c.listPlanDir(ctx, l) })
+			}
 			for _, o := range todo {
 				inflight++
 				wg.Add(1)
@@ -99,10 +103,19 @@ type planResult struct {
 	err     error
 }
 
-// planFetch fetches o at plan priority.
+// planFetch fetches o at plan priority: by its listed attributes where
+// its directory was listed (see planlist.go), else as FetchObjects does.
 func (c *Cache) planFetch(ctx context.Context, o fetch.Object) planResult {
 	r := planResult{obj: o}
-	r.err = c.fetchObjects(ctx, []fetch.Object{o}, fetch.Plan, func(pr Progress) { r.fetched = pr.BytesFetched })
+	progress := func(pr Progress) { r.fetched = pr.BytesFetched }
+	if a, ok := c.listedAttrs(ctx, o); ok {
+		c.mu.Lock()
+		c.plans.stats.Listed++
+		c.mu.Unlock()
+		r.err = c.Prefetch(ctx, []fetch.Attrs{a}, fetch.Plan, progress)
+		return r
+	}
+	r.err = c.fetchObjects(ctx, []fetch.Object{o}, fetch.Plan, progress)
 	return r
 }
 

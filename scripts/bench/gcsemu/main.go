@@ -29,15 +29,16 @@ func main() {
 		size      = flag.String("size", "64MiB", "size of each object")
 		firstByte = flag.Duration("first-byte", 20*time.Millisecond, "time to first byte of each response")
 		rate      = flag.String("rate", "100MB", "bytes per second per connection (0: unshaped)")
+		dir       = flag.String("dir", "", "keep objects in files under this directory (each request then costs O(1), not O(objects); no versioning)")
 	)
 	flag.Parse()
-	if err := run(*bucket, *prefix, *objects, *size, *firstByte, *rate); err != nil {
+	if err := run(*bucket, *prefix, *objects, *size, *firstByte, *rate, *dir); err != nil {
 		fmt.Fprintln(os.Stderr, "gcsemu:", err)
 		os.Exit(1)
 	}
 }
 
-func run(bucket, prefix string, objects int, size string, firstByte time.Duration, rate string) error {
+func run(bucket, prefix string, objects int, size string, firstByte time.Duration, rate, dir string) error {
 	n, err := humanize.ParseBytes(size)
 	if err != nil {
 		return fmt.Errorf("-size: %w", err)
@@ -53,7 +54,7 @@ func run(bucket, prefix string, objects int, size string, firstByte time.Duratio
 			Content:     emulator.Pattern(uint64(i)+1, int(n)),
 		}
 	}
-	s, err := emulator.Start(emulator.Options{Objects: objs,
+	s, err := emulator.Start(emulator.Options{Objects: objs, Dir: dir,
 		Shape: emulator.Shape{FirstByte: firstByte, BytesPerSec: int64(bps)}})
 	if err != nil {
 		return err
