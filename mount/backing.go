@@ -27,6 +27,11 @@ import (
 const (
 	maxIdleBackings     = 4096
 	maxIdleBackingBytes = 256 << 20
+	// idleBudgetShare bounds idle backings further, to this share of the
+	// cache's budget where the cache reports one (a small cache must not
+	// be held whole by files no one has open: plans could not evict, nor
+	// the planner prefetch, into it).
+	idleBudgetShare = 8
 	// maxIdleBackingSize is the largest file kept once closed: reusing the
 	// open matters for small files, and a large one would pin much of the
 	// cache.
@@ -70,6 +75,9 @@ type backings struct {
 	stop                     chan struct{} // closed by close: ends sweeps
 	sweeping                 sync.WaitGroup
 
+	// budget, if set, returns the cache's byte budget (see idleBudgetShare).
+	budget func() int64
+
 	mu        sync.Mutex
 	idle      list.List // *backing, most recently released first
 	idleBytes int64
@@ -109,19 +117,30 @@ func (c *backings) startSweeps(interval time.Duration, log *slog.Logger) {
 
 // sweep closes the idle backings whose copy left the cache.
 func (c *backings) sweep() error {
-	var drop []*backing
+	return c.closeIdle(func(bk *backing) bool { return bk.th.Stale() })
+}
+
+// reclaim closes every idle backing: the cache is short of room, and each
+// holds a cache handle that keeps its copy from being evicted.
+func (c *backings) reclaim() error {
+	return c.closeIdle(func(*backing) bool { return true })
+}
+
+// closeIdle closes the idle backings for which drop returns true.
+func (c *backings) closeIdle(drop func(*backing) bool) error {
+	var dropped []*backing
 	c.mu.Lock()
 	for e := c.idle.Front(); e != nil; e = e.Next() {
-		if bk := e.Value.(*backing); bk.th.Stale() {
-			drop = append(drop, bk)
+		if bk := e.Value.(*backing); drop(bk) {
+			dropped = append(dropped, bk)
 		}
 	}
-	for _, bk := range drop {
+	for _, bk := range dropped {
 		c.removeLocked(bk)
 	}
 	c.mu.Unlock()
 	var errs []error
-	for _, bk := range drop {
+	for _, bk := range dropped {
 		errs = append(errs, c.closeBacking(bk))
 	}
 	return errors.Join(errs...)
@@ -137,6 +156,7 @@ func (c *backings) acquire(ctx context.Context, f *FS, n *fileNode) (*backing, s
 		c.closeBacking(drop)
 	}
 	if bk != nil {
+		bk.th.Reused() // the cache's recency and plans count this open
 		return bk, 0
 	}
 	th, err := f.cfg.cache.Open(ctx, n.attrs.Object)
@@ -206,6 +226,10 @@ func (c *backings) reuseLocked(n *fileNode) (bk, drop *backing) {
 // are closed, least recently used first.
 func (c *backings) release(bk *backing) error {
 	var drop []*backing
+	maxBytes := c.maxBytes
+	if c.budget != nil {
+		maxBytes = min(maxBytes, c.budget()/idleBudgetShare)
+	}
 	c.mu.Lock()
 	bk.opens--
 	if bk.opens == 0 {
@@ -216,7 +240,7 @@ func (c *backings) release(bk *backing) error {
 			bk.idle = c.idle.PushFront(bk)
 			c.idleBytes += bk.size
 		}
-		for c.idle.Len() > c.maxIdle || c.idleBytes > c.maxBytes {
+		for c.idle.Len() > c.maxIdle || c.idleBytes > maxBytes {
 			old := c.idle.Back().Value.(*backing)
 			c.removeLocked(old)
 			drop = append(drop, old)

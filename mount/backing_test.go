@@ -13,6 +13,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/internal/testenv"
 )
 
 // backingState is what a test checks of a mount's backing cache.
@@ -275,4 +276,43 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// TestIdleBackingsGiveWayWhenFull: idle backings hold at most an eighth of
+// the cache's budget, and give their copies back when a new file finds the
+// budget full (tier.Cache.OnNoSpace) rather than fail its open with ENOSPC.
+func TestIdleBackingsGiveWayWhenFull(t *testing.T) {
+	const size, budget = 64 << 10, 8 // files of the budget: idle ones hold one
+	var objs []fakestorage.Object
+	for i := range 2 * budget {
+		objs = append(objs, obj("data", fmt.Sprintf("f%d", i), emulator.Pattern(uint64(i+1), size)))
+	}
+	e := newEnvBudget(t, t.TempDir(), emulator.Options{Objects: objs}, fetch.Config{}, budget*size)
+	var f *FS
+	srv, mp := e.mount(t, e.config(Root{Bucket: "data"}), func(fs *FS) { f = fs })
+	if !srv.Passthrough() {
+		testenv.Cannot(t, "the kernel offers no passthrough here")
+	}
+	idleBytes := func() int64 {
+		f.backings.mu.Lock()
+		defer f.backings.mu.Unlock()
+		return f.backings.idleBytes
+	}
+	for _, o := range objs { // one after another: the idle ones stay within the share
+		readObj(t, mp, o)
+		if n := idleBytes(); n > budget*size/idleBudgetShare {
+			t.Fatalf("%d bytes of idle backings; want at most an eighth of the budget", n)
+		}
+	}
+	// budget-1 files held open and one idle fill the budget: the next open
+	// needs the idle one's room.
+	waitFor(t, "an idle backing", func() bool { return idleBytes() > 0 })
+	for _, o := range objs[:budget-1] {
+		fh, err := os.Open(filepath.Join(mp, o.BucketName, o.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fh.Close()
+	}
+	readObj(t, mp, objs[budget])
 }

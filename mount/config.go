@@ -32,9 +32,19 @@ type Lister interface {
 	List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error]
 }
 
+// reclaimingCache is a Cache that asks for handles back when it is full
+// (tier.Cache.OnNoSpace): the mount then closes its idle files, which it
+// also keeps to a share of the cache's budget.
+type reclaimingCache interface {
+	OnNoSpace(fn func()) (remove func())
+	// MaxBytes returns the cache's byte budget.
+	MaxBytes() int64
+}
+
 var (
-	_ Cache  = (*tier.Cache)(nil)
-	_ Lister = (fetch.Source)(nil)
+	_ Cache           = (*tier.Cache)(nil)
+	_ reclaimingCache = (*tier.Cache)(nil)
+	_ Lister          = (fetch.Source)(nil)
 )
 
 // Root is one part of GCS the mount shows: the objects of Bucket whose names

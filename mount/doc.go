@@ -86,14 +86,18 @@
 // With passthrough, a file's cached copy is opened and registered with the
 // kernel (a backing file) at its first open, and every later open of the
 // same inode reuses it: the reply only names the registered backing, with no
-// cache lookup, no open(2) and no registration. The backing stays while the
+// cache lookup, no open(2) and no registration (the cache is told of the
+// open, for its recency of use and its plans). The backing stays while the
 // file is open and, once closed, among the most recently used idle ones (at
-// most 4096 files and 256 MiB, none over 16 MiB); it is closed when the
-// kernel forgets the inode, when it falls out of that bound, and (within 5
-// seconds, or at the next open) when its copy leaves the cache. An idle
-// backing holds a cache handle: the cache's LRU eviction passes its copy
-// over, so the bound is what the mount may keep from eviction beyond the
-// files open. A dataset with many more files than the bound, read once per
+// most 4096 files and the lesser of 256 MiB and an eighth of the cache's
+// budget, none over 16 MiB); it is closed when the kernel forgets the
+// inode, when it falls out of that bound, and (within 5 seconds, or at the
+// next open) when its copy leaves the cache. An idle backing holds a cache
+// handle: the cache's eviction passes its copy over, so the bound is what
+// the mount may keep from eviction beyond the files open; and when a fill
+// finds no room because copies in use fill the cache's budget, the mount
+// closes all its idle backings (tier.Cache.OnNoSpace) and the fill tries
+// again. A dataset with many more files than the bound, read once per
 // epoch, reopens every file (no gain, and no loss). An open of an inode
 // whose backing is live serves the backing's generation even if GCS has
 // moved on since (the inode names that generation; a new generation is a

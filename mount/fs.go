@@ -33,6 +33,9 @@ type FS struct {
 	// backings holds the files' registered backings where the server
 	// answers opens for passthrough itself (Mount); nil otherwise.
 	backings *backings
+	// stopReclaim unregisters backings' reclaim from the cache (nil if
+	// not registered).
+	stopReclaim func()
 	// now, openStart, openDone and maxIdleBackings (the bound of
 	// backings' idle files) are seams for tests, set before use.
 	now             func() time.Time
@@ -140,6 +143,9 @@ func (f *FS) Close() error {
 	f.mu.Unlock()
 	f.bg.Wait()
 	var errs []error
+	if f.stopReclaim != nil {
+		f.stopReclaim()
+	}
 	if f.backings != nil {
 		// First: the server is gone, and with it the backing ids, which
 		// the backings released below then do not unregister.

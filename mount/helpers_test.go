@@ -60,6 +60,12 @@ func newEnv(t testing.TB, opts emulator.Options, dl fetch.Config) *env {
 // newEnvAt is newEnv with the cache in dir.
 func newEnvAt(t testing.TB, dir string, opts emulator.Options, dl fetch.Config) *env {
 	t.Helper()
+	return newEnvBudget(t, dir, opts, dl, 0)
+}
+
+// newEnvBudget is newEnvAt with a cache of maxBytes (0: the default).
+func newEnvBudget(t testing.TB, dir string, opts emulator.Options, dl fetch.Config, maxBytes int64) *env {
+	t.Helper()
 	ctx := context.Background()
 	emu := cachetest.Emulator(t, opts)
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: emu.Endpoint()})
@@ -71,7 +77,7 @@ func newEnvAt(t testing.TB, dir string, opts emulator.Options, dl fetch.Config) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tier.Open(ctx, tier.Config{Dir: dir, Source: src, Downloader: d})
+	c, err := tier.Open(ctx, tier.Config{Dir: dir, Source: src, Downloader: d, MaxBytes: maxBytes})
 	if err != nil {
 		t.Fatal(err)
 	}

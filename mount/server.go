@@ -71,6 +71,16 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 		bks.kernel = srv
 		bks.startSweeps(sweepInterval, f.cfg.log)
 		f.backings = bks
+		if r, ok := f.cfg.cache.(reclaimingCache); ok {
+			// Idle files hold at most a share of the cache's budget,
+			// and give their copies back when the cache is full.
+			bks.budget = r.MaxBytes
+			f.stopReclaim = r.OnNoSpace(func() {
+				if err := bks.reclaim(); err != nil {
+					f.cfg.log.Warn("mount: closing idle files for room in the cache", "err", err)
+				}
+			})
+		}
 	}
 	s := &Server{fs: f, srv: srv, mountpoint: mp, passthrough: f.passthrough, done: make(chan struct{})}
 	s.serving.Go(func() {

@@ -43,6 +43,8 @@ type Cache struct {
 	onJoin func(waiters int)
 	// hooks lets tests observe and gate background work.
 	hooks atomic.Pointer[testHooks]
+	// reclaimers are OnNoSpace's callbacks.
+	reclaimers reclaimers
 	// plans holds the announced access plans (see plan.go); its fields
 	// are guarded by mu.
 	plans *plans

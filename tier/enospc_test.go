@@ -160,3 +160,43 @@ func TestDownloadENOSPCRetriedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestOnNoSpaceReclaims: a budget full of copies in use fails a fill with
+// ErrNoSpace, unless a callback registered with OnNoSpace releases one of
+// them; it is called once per fill, and not after it is removed.
+func TestOnNoSpaceReclaims(t *testing.T) {
+	e := newDirEnv(t)
+	o := e.putObjects(t, "a", "b", "c", "d")
+	c := openCache(t, e.config(t.TempDir(), 2*objSize))
+	ctx := context.Background()
+	ha, err := c.Open(ctx, o[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ha.Close()
+	hb, err := c.Open(ctx, o[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	remove := c.OnNoSpace(func() {
+		calls++
+		if hb != nil {
+			hb.Close()
+			hb = nil
+		}
+	})
+	hc, err := c.Open(ctx, o[2])
+	if err != nil {
+		t.Fatalf("Open(c) with b held idle: %v; want b released for it", err)
+	}
+	defer hc.Close()
+	if calls != 1 {
+		t.Errorf("%d calls; want 1", calls)
+	}
+	remove()
+	if _, err := c.Open(ctx, o[3]); !errors.Is(err, ErrNoSpace) || calls != 1 {
+		t.Errorf("Open(d) with a and c in use: %v after %d calls; want ErrNoSpace, no call", err, calls)
+	}
+	checkInvariants(t, c)
+}

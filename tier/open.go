@@ -372,6 +372,30 @@ func (h *Handle) Stale() bool { return h.stale.Load() }
 // ReadAt implements io.ReaderAt over the cached file.
 func (h *Handle) ReadAt(p []byte, off int64) (int, error) { return h.f.ReadAt(p, off) }
 
+// Reused records a use of the handle's copy as an Open of it would: the
+// cache's recency of use and hit count, and its access plans (the object
+// counts as opened). For callers that keep a handle open across their own
+// users' opens (a mount's idle files), so that eviction and plans see those
+// opens too.
+func (h *Handle) Reused() {
+	if h.closed.Load() {
+		return
+	}
+	c, e := h.c, h.e
+	if e.owner != nil {
+		e = e.owner
+	}
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.hits++
+	c.dls.noteOpen(now)
+	c.plans.openedLocked(e.key)
+	if e.state == live {
+		c.touchLocked(e, now)
+	}
+}
+
 // Close closes the file and releases the copy. A second Close returns an
 // error matching ErrClosed.
 func (h *Handle) Close() error {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/dustin/go-humanize"
@@ -24,9 +25,18 @@ import (
 func (c *Cache) reserve(ctx context.Context, n int64, a fetch.Attrs) error {
 	o := a.Object
 	keepUntil := time.Now().Add(ownershipWait)
+	reclaimed := false
 	for {
 		keep := time.Now().Before(keepUntil)
 		wait, err := c.tryReserve(n, a, keep)
+		if errors.Is(err, ErrNoSpace) && !reclaimed {
+			// Copies in use fill the budget: those held open only for
+			// speed are released, once per reservation, then try again.
+			reclaimed = true
+			if c.reclaimers.run() {
+				continue
+			}
+		}
 		if err != nil || wait == nil {
 			return err
 		}
@@ -221,4 +231,48 @@ func (c *Cache) claim(ctx context.Context, st *store, id fileID) error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// reclaimers are the callbacks of OnNoSpace.
+type reclaimers struct {
+	mu   sync.Mutex
+	fns  map[int]func()
+	next int
+}
+
+// OnNoSpace registers fn, which the cache calls when a fill finds no room
+// because copies in use fill the budget (at most once per fill, never
+// under the cache's locks, possibly from several fills at once): fn should
+// release the handles its caller keeps open only for speed (a mount's idle
+// files), so that their copies may be evicted; the fill then tries again.
+// remove unregisters fn.
+func (c *Cache) OnNoSpace(fn func()) (remove func()) {
+	r := &c.reclaimers
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fns == nil {
+		r.fns = make(map[int]func())
+	}
+	id := r.next
+	r.next++
+	r.fns[id] = fn
+	return func() {
+		r.mu.Lock()
+		delete(r.fns, id)
+		r.mu.Unlock()
+	}
+}
+
+// run calls the callbacks and reports whether there were any.
+func (r *reclaimers) run() bool {
+	r.mu.Lock()
+	fns := make([]func(), 0, len(r.fns))
+	for _, fn := range r.fns {
+		fns = append(fns, fn)
+	}
+	r.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+	return len(fns) > 0
 }

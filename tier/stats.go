@@ -46,6 +46,14 @@ func (c *Cache) statsLocked() stats.Cache {
 	return stats.Cache{Tiers: []stats.Tier{shm, base}}
 }
 
+// MaxBytes returns the base tier's byte budget (as SetMaxBytes last
+// set it, or as configured).
+func (c *Cache) MaxBytes() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.base.maxBytes
+}
+
 // SetMaxBytes changes the base tier's byte budget (n > 0; 0 means the
 // default share of the filesystem's size now: 90%, or a quarter when
 // shm-only) and evicts least recently used entries down to it. If pinned
