@@ -148,6 +148,7 @@ func (c *Cache) applyListed(as []fetch.Attrs, at time.Time) {
 		if !ok {
 			continue
 		}
+		a.Bucket, a.Name = pl.obj.Bucket, pl.obj.Name // the plan's strings: none held twice
 		pl.listed, pl.listedAt = a, at
 		p.objects[k] = pl
 		p.noteSizeLocked(k, a.Size)

@@ -82,6 +82,7 @@ class Bench:
         self.args, self.tmp = args, tmp
         self.procs: list = []  # emulator and proxy, stopped last
         self.mounts: list = []
+        self.disks: list = []  # the daemons' disk tiers (outside tmp with --disk-parent)
         self.bin = tmp / "bin"
         self.proxy = ""
         self.endpoint = ""
@@ -137,7 +138,9 @@ class Bench:
         a = self.args
         d = self.tmp / tag
         d.mkdir()
-        (d / "disk").mkdir()
+        disk = Path(tempfile.mkdtemp(prefix=f"{tag}-", dir=a.disk_parent)) if a.disk_parent else d / "disk"
+        disk.mkdir(exist_ok=True)
+        self.disks.append(disk)
         mnt = d / "mnt"
         mnt.mkdir()
         sock = str(d / "control.sock")
@@ -146,7 +149,7 @@ class Bench:
             ls.bind(("127.0.0.1", 0))
             self.metrics = f"127.0.0.1:{ls.getsockname()[1]}"
         cfg.write_text("tiers:\n"
-                       f"  disk: {{dir: {d / 'disk'}, max: {disk_max}}}\n"
+                       f"  disk: {{dir: {disk}, max: {disk_max}}}\n"
                        "  shm: {dir: none}\n"
                        f"fetch: {{endpoint: \"{self.endpoint}\", connections: {a.connections}"
                        + (f", small_connections: {a.small_connections}" if a.small_connections else "") + "}\n"
@@ -312,6 +315,8 @@ def main() -> None:
                     help="run one part only (plan: the planned cold epoch alone, for quick comparisons; "
                          "warm: the warm job through the mount against direct reads, not run otherwise)")
     ap.add_argument("--open", choices=["auto", "ask", "skip"], default="auto", help="the daemon's mount.open")
+    ap.add_argument("--disk-parent", help="where the daemons' disk tiers go (default: the run's temporary "
+                                          "directory); each gets a fresh directory there, removed at the end")
     ap.add_argument("--rounds", type=int, default=5, help="rounds of --only warm")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pyplan-bench-"))
@@ -393,6 +398,8 @@ def main() -> None:
         sys.exit(130)
     finally:
         b.cleanup()
+        for disk in b.disks:
+            shutil.rmtree(disk, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
