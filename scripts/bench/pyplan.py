@@ -244,18 +244,22 @@ class Bench:
                     raise RuntimeError(f"warm job read {n} of {len(paths)} samples")
                 return n / dt
 
-            def loop(paths: list) -> float:
+            def loop(paths: list, buffering: int = -1) -> float:
                 order = np.random.default_rng(a.seed).permutation(len(paths))
                 t0 = time.perf_counter()
                 for i in order:
-                    with open(paths[i], "rb") as f:
+                    with open(paths[i], "rb", buffering=buffering) as f:
                         f.read()
                 return len(paths) / (time.perf_counter() - t0)
+
+            def raw_loop(paths: list) -> float:  # unbuffered: open() asks no isatty()
+                return loop(paths, 0)
 
             job(through), job(direct), loop(through), loop(direct)  # warm both page caches and the workers' imports
             out = []
             for r in range(rounds):
-                for kind, fn in (("DataLoader job", job), ("open+read loop", loop)):
+                for kind, fn in (("DataLoader job", job), ("open+read loop", loop),
+                                 ("open(buffering=0)+read loop", raw_loop)):
                     if r % 2 == 0:
                         m, d = fn(through), fn(direct)
                     else:
@@ -348,8 +352,8 @@ def main() -> None:
             print("| kind | round | mount files/s | direct files/s | mount/direct |")
             print("|---|---:|---:|---:|---:|")
             for i, (kind, m, d) in enumerate(rows):
-                print(f"| {kind} | {i // 2 + 1} | {m:,.0f} | {d:,.0f} | {m / d:.2f} |")
-            for kind in ("DataLoader job", "open+read loop"):
+                print(f"| {kind} | {i // 3 + 1} | {m:,.0f} | {d:,.0f} | {m / d:.2f} |")
+            for kind in ("DataLoader job", "open+read loop", "open(buffering=0)+read loop"):
                 rs = sorted(m / d for k, m, d in rows if k == kind)
                 print(f"{kind}: median mount/direct {rs[len(rs) // 2]:.2f} (target >= 0.5)")
         if args.only == "plan":
