@@ -53,6 +53,8 @@ type Status struct {
 	// Fleet counts the fleet's members by state; nil without fleet mode
 	// (GET /v1/fleet lists them).
 	Fleet *stats.Fleet `json:"fleet,omitempty"`
+	// Mount describes the FUSE mount; nil without mount.path.
+	Mount *stats.Mount `json:"mount,omitempty"`
 }
 
 // LoadersStatus sums the stats that loaders report through their plans

@@ -105,6 +105,10 @@ func (d *Daemon) status() control.Status {
 	if s, ok := d.fleetStats(); ok {
 		fl = &s
 	}
+	var mnt *stats.Mount
+	if s, ok := d.mountStats(); ok {
+		mnt = &s
+	}
 	return control.Status{
 		Version: d.opts.Version, PID: pid, Started: d.started, ConfigFile: d.opts.ConfigFile,
 		Socket: cfg.Control.Socket, MetricsAddr: d.MetricsAddr(), CacheDir: cfg.Tiers.Disk.Dir,
@@ -112,8 +116,17 @@ func (d *Daemon) status() control.Status {
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
 		Loaders: d.loaderStatus(), LoaderSessions: d.lsess.count(),
-		Fleet: fl,
+		Fleet: fl, Mount: mnt,
 	}
+}
+
+// mountStats returns the mount's figures, and false without a mount.
+// d.mnt is set before requests are served and never changes.
+func (d *Daemon) mountStats() (stats.Mount, bool) {
+	if d.mnt == nil {
+		return stats.Mount{}, false
+	}
+	return d.mnt.Stats(), true
 }
 
 // StatusLine summarises the daemon in one line, for systemd's STATUS=.
@@ -152,6 +165,7 @@ func (d *Daemon) metricSources() metrics.Sources {
 		Plans:   func() stats.Plan { return d.cache.PlanStats() },
 		Loaders: d.plans.loaderTotals,
 		Fleet:   d.fleetStats,
+		Mount:   d.mountStats,
 		Jobs: func() map[string]int {
 			out := make(map[string]int)
 			for s, n := range d.jobs.counts() {

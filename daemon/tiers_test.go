@@ -83,6 +83,12 @@ func TestMount(t *testing.T) {
 			if err != nil || !bytes.Equal(got, objs[0].Content) {
 				t.Fatalf("read through the mount: %d bytes, %v; want the object", len(got), err)
 			}
+			// Small files: auto skips opens as skip does.
+			want := map[string]string{"auto": "skip", "ask": "ask", "skip": "skip"}[open]
+			if m := d.status().Mount; m == nil || m.Path != cfg.Mount.Path || m.Open != want || m.Buckets != 1 ||
+				(want == "ask") != (m.Opens == 1) {
+				t.Errorf("status().Mount = %+v; want %s at %s, 1 bucket, an open served only when asked", m, want, cfg.Mount.Path)
+			}
 			if err := d.Close(testCtx(t)); err != nil {
 				t.Fatal(err)
 			}

@@ -42,6 +42,8 @@ type Sources struct {
 	Loaders func() (reporting int, totals stats.Loader)
 	// Fleet returns the fleet's figures, and false without fleet mode.
 	Fleet func() (stats.Fleet, bool)
+	// Mount returns the FUSE mount's figures, and false without a mount.
+	Mount func() (stats.Mount, bool)
 }
 
 // Metrics is the daemon's registry. Create it with New.
@@ -89,6 +91,7 @@ func New(version string, src Sources) *Metrics {
 		&tableCollector[stats.Plan]{read: src.Plans, table: planTable},
 		&loaderCollector{src: src.Loaders},
 		&fleetCollector{src: src.Fleet},
+		&optionalCollector[stats.Mount]{read: src.Mount, table: mountTable},
 	)
 	return m
 }

@@ -103,6 +103,9 @@ func newTestServer(t *testing.T) *httptest.Server {
 				PeerBytes: map[string]int64{"node-b": 1 << 20}, OriginBytes: 1 << 20,
 				PeerErrors: map[string]int64{"timeout": 1}, ServedRequests: map[string]int64{"ok": 3}}, true
 		},
+		Mount: func() (stats.Mount, bool) {
+			return stats.Mount{Path: "/mnt/gcs", Open: "skip", Opens: 3, Reads: 2, ReadBytes: 4096, Buckets: 1}, true
+		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})
 	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))

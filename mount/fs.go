@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -70,20 +71,6 @@ type counters struct {
 	opens, openErrors, reads, readBytes, listings, listErrors, skipped, probes atomic.Int64
 }
 
-// Stats is a snapshot of an FS's activity.
-type Stats struct {
-	Opens      int64 // file opens asked by the kernel
-	OpenErrors int64 // opens that failed, interrupted ones included
-	OpenFiles  int64 // file handles open now
-	Reads      int64 // reads served by this process (none while passthrough serves them)
-	ReadBytes  int64 // bytes those reads asked for
-	Listings   int64 // bucket listings completed
-	ListErrors int64 // bucket listings that failed
-	Skipped    int64 // distinct object names left out (not valid paths)
-	Probes     int64 // existence checks of buckets at the source (dynamic mounts)
-	Buckets    int64 // buckets shown now
-}
-
 // New returns the filesystem described by cfg, ready to be served from
 // Root. Close it when the server has stopped.
 func New(cfg Config) (*FS, error) {
@@ -109,12 +96,14 @@ func New(cfg Config) (*FS, error) {
 // Root returns the root directory node, for fs.NewNodeFS.
 func (f *FS) Root() fs.InodeEmbedder { return f.root }
 
-// Stats returns the filesystem's counters.
-func (f *FS) Stats() Stats {
+// Stats returns the filesystem's figures (all but Path).
+func (f *FS) Stats() stats.Mount {
 	f.mu.Lock()
 	open, buckets := int64(len(f.handles)), int64(len(f.buckets))
 	f.mu.Unlock()
-	return Stats{
+	m := f.opening.get()
+	return stats.Mount{
+		Open: m.String(), Passthrough: f.passthrough && m != OpenSkip,
 		Opens: f.stats.opens.Load(), OpenErrors: f.stats.openErrors.Load(), OpenFiles: open,
 		Reads: f.stats.reads.Load(), ReadBytes: f.stats.readBytes.Load(),
 		Listings: f.stats.listings.Load(), ListErrors: f.stats.listErrors.Load(),

@@ -14,6 +14,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Mount parameters.
@@ -164,8 +166,12 @@ func (s *Server) Mountpoint() string { return s.mountpoint }
 // once its first open chose to), which leaves nothing to pass through.
 func (s *Server) Passthrough() bool { return s.passthrough && s.fs.opening.get() != OpenSkip }
 
-// Stats returns the filesystem's counters.
-func (s *Server) Stats() Stats { return s.fs.Stats() }
+// Stats returns the mount's figures.
+func (s *Server) Stats() stats.Mount {
+	st := s.fs.Stats()
+	st.Path = s.mountpoint
+	return st
+}
 
 // Done returns a channel that is closed when the server has ended.
 func (s *Server) Done() <-chan struct{} { return s.done }

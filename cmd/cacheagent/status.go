@@ -77,6 +77,11 @@ func printStatus(w io.Writer, rep statusReport) error {
 		fmt.Fprintf(w, "jobs: %s; %d lease sessions, %d leases; %d loader sessions; %d plans\n", jobCounts(rep.Jobs),
 			rep.Sessions, rep.Leases, rep.LoaderSessions, rep.Plans)
 	}
+	if m := rep.Mount; m != nil {
+		fmt.Fprintf(w, "mount: %s (open: %s, passthrough: %v), %d buckets; %d opens (%d failed), %d files open, %d reads (%s)\n",
+			m.Path, m.Open, m.Passthrough, m.Buckets, m.Opens, m.OpenErrors, m.OpenFiles, m.Reads,
+			humanize.IBytes(uint64(m.ReadBytes)))
+	}
 	if f := rep.Fleet; f != nil {
 		fmt.Fprintf(w, "fleet: %s in a fleet of %d alive, %d suspect, %d dead (cacheagent fleet status)\n",
 			f.Self, f.Members["alive"], f.Members["suspect"], f.Members["dead"])
