@@ -103,13 +103,18 @@ func (f *FS) Stats() stats.Mount {
 	f.mu.Unlock()
 	m := f.opening.get()
 	return stats.Mount{
-		Open: m.String(), Passthrough: f.passthrough && m != OpenSkip,
+		Open: m.String(), Passthrough: f.passthroughNow(m),
 		Opens: f.stats.opens.Load(), OpenErrors: f.stats.openErrors.Load(), OpenFiles: open,
 		Reads: f.stats.reads.Load(), ReadBytes: f.stats.readBytes.Load(),
 		Listings: f.stats.listings.Load(), ListErrors: f.stats.listErrors.Load(),
 		Skipped: f.stats.skipped.Load(), Probes: f.stats.probes.Load(), Buckets: buckets,
 	}
 }
+
+// passthroughNow reports whether the kernel reads opened files itself
+// while opens are answered as m says: where it offers passthrough, unless
+// the mount skips opens (then nothing is opened to pass through).
+func (f *FS) passthroughNow(m OpenMode) bool { return f.passthrough && m != OpenSkip }
 
 // Close cancels listings in progress, waits for them and closes the cache
 // handles of files the kernel never released (a server that stopped with

@@ -32,10 +32,9 @@ const (
 // Unmount and Wait. Its methods are safe for concurrent use.
 type Server struct {
 	// Immutable after Mount.
-	fs          *FS
-	srv         *fuse.Server
-	mountpoint  string
-	passthrough bool
+	fs         *FS
+	srv        *fuse.Server
+	mountpoint string
 
 	serving   sync.WaitGroup // the serve loop
 	done      chan struct{}  // closed when the server has ended
@@ -84,7 +83,7 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 			})
 		}
 	}
-	s := &Server{fs: f, srv: srv, mountpoint: mp, passthrough: f.passthrough, done: make(chan struct{})}
+	s := &Server{fs: f, srv: srv, mountpoint: mp, done: make(chan struct{})}
 	s.serving.Go(func() {
 		srv.Serve()
 		if err := f.Close(); err != nil {
@@ -97,7 +96,7 @@ func mountFS(ctx context.Context, mountpoint string, f *FS) (*Server, error) {
 		s.Wait()
 		return nil, fmt.Errorf("mount: mount %s: %w", mp, err)
 	}
-	f.cfg.log.Info("mount: mounted", "mountpoint", mp, "passthrough", s.passthrough, "open", f.cfg.open.String())
+	f.cfg.log.Info("mount: mounted", "mountpoint", mp, "passthrough", f.passthrough, "open", f.cfg.open.String())
 	return s, nil
 }
 
@@ -164,7 +163,7 @@ func (s *Server) Mountpoint() string { return s.mountpoint }
 // itself (FUSE passthrough) rather than asking this process: where the
 // kernel offers it, unless the mount skips opens (OpenSkip, or OpenAuto
 // once its first open chose to), which leaves nothing to pass through.
-func (s *Server) Passthrough() bool { return s.passthrough && s.fs.opening.get() != OpenSkip }
+func (s *Server) Passthrough() bool { return s.fs.passthroughNow(s.fs.opening.get()) }
 
 // Stats returns the mount's figures.
 func (s *Server) Stats() stats.Mount {

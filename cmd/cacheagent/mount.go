@@ -60,6 +60,9 @@ by a crashed mount is cleared at start.`,
 				return err
 			}
 			if skipOpen {
+				if om == mount.OpenAsk {
+					return fmt.Errorf("--skip-open contradicts --open %s", om)
+				}
 				om = mount.OpenSkip
 			}
 			ctx := cmd.Context()
