@@ -1,0 +1,178 @@
+package tier
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fsouza/fake-gcs-server/fakestorage"
+
+	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/emulator"
+)
+
+// BenchmarkPlannedCold is the planned cold epoch of scripts/bench/pyplan.py
+// without the mount and Python: 2000 objects of 100 KiB behind a link of
+// 20 ms first byte and 100 MB/s per connection, announced as a plan and
+// read in that order by two readers taking batches of 32 (as DataLoader's
+// workers do), against a bare client's GETs of the same objects on as many
+// connections (the link-limited ideal, measured in the same run).
+func BenchmarkPlannedCold(b *testing.B) {
+	const (
+		objects = 2000
+		size    = 100 << 10
+		batch   = 32
+		readers = 2
+	)
+	objs := make([]fakestorage.Object, objects)
+	plan := make([]fetch.Object, objects)
+	for i := range objs {
+		name := fmt.Sprintf("imgs/class-%02d/img-%05d.bin", i%10, i)
+		objs[i] = fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: name},
+			Content: emulator.Pattern(uint64(i), size)}
+		plan[i] = fetch.Object{Bucket: "bench", Name: name}
+	}
+	emu, err := emulator.Start(emulator.Options{Objects: objs, Dir: b.TempDir(),
+		Shape: emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: 100e6}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer emu.Close()
+	for _, conns := range []int{8, 16, 32} {
+		b.Run(fmt.Sprintf("conns-%d+%d", conns, conns), func(b *testing.B) {
+			link := bareLink(b, "http://"+emu.Addr(), plan, 2*conns)
+			var total, firstByte time.Duration
+			for i := 0; i < b.N; i++ {
+				d, fb := plannedEpoch(b, emu.Endpoint(), plan, conns, batch, readers)
+				total += d
+				firstByte += fb
+			}
+			per := total.Seconds() / float64(b.N)
+			b.ReportMetric(float64(firstByte.Milliseconds())/float64(b.N), "first-byte-ms")
+			b.ReportMetric(per, "s/epoch")
+			b.ReportMetric(link.Seconds(), "link-s")
+			b.ReportMetric(per/link.Seconds(), "x-link")
+			b.ReportMetric(float64(objects)/per, "objects/s")
+		})
+	}
+}
+
+// bareLink GETs every object of plan through the emulator's link on conns
+// connections at once and returns how long that took.
+func bareLink(b *testing.B, base string, plan []fetch.Object, conns int) time.Duration {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}
+	defer client.CloseIdleConnections()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	start := time.Now()
+	for range conns {
+		wg.Go(func() {
+			for i := next.Add(1) - 1; i < int64(len(plan)); i = next.Add(1) - 1 {
+				resp, err := client.Get(base + "/" + plan[i].Bucket + "/" + plan[i].Name)
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("GET %s: %d %v", plan[i].Name, resp.StatusCode, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	return time.Since(start)
+}
+
+// plannedEpoch opens a fresh cache, announces plan and reads it with
+// readers goroutines taking batches in turn; it returns the epoch's time
+// and the mean time to first byte of the cache's range reads.
+func plannedEpoch(b *testing.B, endpoint string, plan []fetch.Object, conns, batch, readers int) (epoch, firstByte time.Duration) {
+	b.Helper()
+	ctx := context.Background()
+	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: endpoint})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	ts := &timedSource{Source: src}
+	dl, err := fetch.NewDownloader(ts, fetch.Config{Connections: conns, SmallConnections: conns})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := Open(ctx, Config{Dir: b.TempDir(), MaxBytes: 8 << 30, Source: src, Downloader: dl, Revalidate: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if err := c.Plan(ctx, "bench", plan); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, readers)
+	buf := make([][]byte, readers)
+	for r := range readers {
+		buf[r] = make([]byte, 128<<10)
+		wg.Go(func() {
+			for k := next.Add(1) - 1; int(k)*batch < len(plan); k = next.Add(1) - 1 {
+				lo := int(k) * batch
+				if err := c.AdvancePlan(ctx, "bench", lo); err != nil {
+					errs <- err
+					return
+				}
+				for _, o := range plan[lo:min(lo+batch, len(plan))] {
+					h, err := c.Open(ctx, o)
+					if err != nil {
+						errs <- err
+						return
+					}
+					_, err = h.ReadAt(buf[r], 0)
+					h.Close()
+					if err != nil && err != io.EOF {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	epoch = time.Since(start)
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+	return epoch, time.Duration(ts.firstByte.Load() / max(ts.n.Load(), 1))
+}
+
+// timedSource times its range reads' first bytes: the link as the cache
+// sees it, beside the link's nominal first byte.
+type timedSource struct {
+	fetch.Source
+	n, firstByte atomic.Int64
+}
+
+func (s *timedSource) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+	t0 := time.Now()
+	r, err := s.Source.NewRangeReader(ctx, o, off, n)
+	s.n.Add(1)
+	s.firstByte.Add(int64(time.Since(t0)))
+	return r, err
+}
