@@ -3,7 +3,7 @@ package control
 import (
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -210,13 +210,13 @@ type ObjectRef struct {
 	Generation int64  `json:"generation,omitempty"`
 }
 
-// Object returns r as a fetch.Object.
-func (r ObjectRef) Object() fetch.Object {
-	return fetch.Object{Bucket: r.Bucket, Name: r.Name, Generation: r.Generation}
+// Object returns r as an object.Object.
+func (r ObjectRef) Object() object.Object {
+	return object.Object{Bucket: r.Bucket, Name: r.Name, Generation: r.Generation}
 }
 
 // RefOf returns o as an ObjectRef.
-func RefOf(o fetch.Object) ObjectRef {
+func RefOf(o object.Object) ObjectRef {
 	return ObjectRef{Bucket: o.Bucket, Name: o.Name, Generation: o.Generation}
 }
 
@@ -265,7 +265,7 @@ type PromoteResult struct {
 	Queued int `json:"queued"`
 }
 
-// Attrs is fetch.Attrs on the wire.
+// Attrs is object.Attrs on the wire.
 type Attrs struct {
 	Bucket     string    `json:"bucket"`
 	Name       string    `json:"name"`
@@ -277,14 +277,14 @@ type Attrs struct {
 }
 
 // AttrsOf returns a as Attrs.
-func AttrsOf(a fetch.Attrs) Attrs {
+func AttrsOf(a object.Attrs) Attrs {
 	return Attrs{Bucket: a.Bucket, Name: a.Name, Generation: a.Generation, Size: a.Size,
 		CRC32C: a.CRC32C, HasCRC32C: a.HasCRC32C, Updated: a.Updated}
 }
 
-// Fetch returns a as fetch.Attrs.
-func (a Attrs) Fetch() fetch.Attrs {
-	return fetch.Attrs{Object: fetch.Object{Bucket: a.Bucket, Name: a.Name, Generation: a.Generation},
+// Fetch returns a as object.Attrs.
+func (a Attrs) Fetch() object.Attrs {
+	return object.Attrs{Object: object.Object{Bucket: a.Bucket, Name: a.Name, Generation: a.Generation},
 		Size: a.Size, CRC32C: a.CRC32C, HasCRC32C: a.HasCRC32C, Updated: a.Updated}
 }
 

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -108,8 +108,8 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 }
 
 // Prefetch starts a job that caches every object of bucket under prefix at
-// priority p (fetch.Warm or fetch.Plan) and returns it at once.
-func (c *Client) Prefetch(ctx context.Context, bucket, prefix string, p fetch.Priority) (Job, error) {
+// priority p (object.Warm or object.Plan) and returns it at once.
+func (c *Client) Prefetch(ctx context.Context, bucket, prefix string, p object.Priority) (Job, error) {
 	var j Job
 	err := c.do(ctx, http.MethodPost, "/v1/prefetch", nil,
 		PrefetchRequest{Bucket: bucket, Prefix: prefix, Priority: p.String()}, &j)
@@ -176,7 +176,7 @@ func (c *Client) List(ctx context.Context, bucket, prefix string) (ListResult, e
 // (replacing a plan with that id); the reader is at position 0. With
 // AdvancePlan and DropPlan it implements the loader's Planner through the
 // daemon.
-func (c *Client) Plan(ctx context.Context, id string, objs []fetch.Object) error {
+func (c *Client) Plan(ctx context.Context, id string, objs []object.Object) error {
 	return c.do(ctx, http.MethodPost, "/v1/plans", nil, PlanRequest{ID: id, Objects: refsOf(objs)}, nil)
 }
 
@@ -208,7 +208,7 @@ func (c *Client) Plans(ctx context.Context) ([]Plan, error) {
 // Fetch returns once every object in objs is cached, downloading the
 // missing ones at demand priority. With Promote it implements the
 // loader's Stager through the daemon.
-func (c *Client) Fetch(ctx context.Context, objs []fetch.Object) error {
+func (c *Client) Fetch(ctx context.Context, objs []object.Object) error {
 	return c.do(ctx, http.MethodPost, "/v1/fetch", nil, ObjectsRequest{Objects: refsOf(objs)}, nil)
 }
 
@@ -217,12 +217,12 @@ func (c *Client) Fetch(ctx context.Context, objs []fetch.Object) error {
 // promotes it in the background), or could not be placed there (it is then
 // served from disk; the error says why). Without a shm tier it does
 // nothing.
-func (c *Client) Promote(ctx context.Context, objs []fetch.Object) error {
+func (c *Client) Promote(ctx context.Context, objs []object.Object) error {
 	return c.do(ctx, http.MethodPost, "/v1/promote", nil, ObjectsRequest{Objects: refsOf(objs)}, nil)
 }
 
 // refsOf converts objects for the wire.
-func refsOf(objs []fetch.Object) []ObjectRef {
+func refsOf(objs []object.Object) []ObjectRef {
 	refs := make([]ObjectRef, len(objs))
 	for i, o := range objs {
 		refs[i] = RefOf(o)
@@ -233,7 +233,7 @@ func refsOf(objs []fetch.Object) []ObjectRef {
 // Read copies o's bytes, through the cache, to w and returns how many it
 // wrote. revalidate, if not nil, overrides the daemon's revalidation
 // interval for this read (0: check the source now).
-func (c *Client) Read(ctx context.Context, o fetch.Object, w io.Writer, revalidate *time.Duration) (int64, error) {
+func (c *Client) Read(ctx context.Context, o object.Object, w io.Writer, revalidate *time.Duration) (int64, error) {
 	q := url.Values{"bucket": {o.Bucket}, "name": {o.Name}}
 	if o.Generation != 0 {
 		q.Set("generation", strconv.FormatInt(o.Generation, 10))

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // serve runs h on a Unix socket in a temp dir until the test ends and
@@ -62,8 +62,8 @@ func TestDialUnavailable(t *testing.T) {
 }
 
 func TestErrorCodes(t *testing.T) {
-	for code, sentinel := range map[string]error{CodeObjectNotFound: fetch.ErrNotFound,
-		CodeInvalidName: fetch.ErrInvalidName, CodeChecksum: fetch.ErrChecksum, CodeNoSpace: ErrNoSpace,
+	for code, sentinel := range map[string]error{CodeObjectNotFound: object.ErrNotFound,
+		CodeInvalidName: object.ErrInvalidName, CodeChecksum: object.ErrChecksum, CodeNoSpace: ErrNoSpace,
 		CodeNoShm: ErrNoShm, CodeNotFound: ErrNotFound, CodeInvalid: ErrInvalid,
 		CodeSessionEnded: ErrSessionEnded, CodeUnavailable: ErrUnavailable} {
 		e := &Error{Status: StatusOf(code), Code: code, Message: "m"}
@@ -128,11 +128,11 @@ func TestSessionEvents(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := ctxT(t)
-	l1, err := c.Acquire(ctx, fetch.Object{Bucket: "b", Name: "one"})
+	l1, err := c.Acquire(ctx, object.Object{Bucket: "b", Name: "one"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := c.Acquire(ctx, fetch.Object{Bucket: "b", Name: "two"})
+	l2, err := c.Acquire(ctx, object.Object{Bucket: "b", Name: "two"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@
 //	c, err := control.Dial(ctx, control.DefaultSocket)
 //	…
 //	defer c.Close()
-//	l, err := c.Acquire(ctx, fetch.Object{Bucket: "b", Name: "train/x-0001.npy"})
+//	l, err := c.Acquire(ctx, object.Object{Bucket: "b", Name: "train/x-0001.npy"})
 //	…
 //	defer l.Close()
 //	// map or read l.Path(); l.Stale() turns true when the daemon moves on

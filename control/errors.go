@@ -4,7 +4,7 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Sentinel errors. Test them with errors.Is.
@@ -13,7 +13,7 @@ var (
 	// there, or the daemon is shutting down).
 	ErrUnavailable = errors.New("control: daemon unavailable")
 	// ErrNotFound means a job, plan, session or lease does not exist.
-	// Objects that do not exist match fetch.ErrNotFound instead.
+	// Objects that do not exist match object.ErrNotFound instead.
 	ErrNotFound = errors.New("control: not found")
 	// ErrInvalid means the daemon refused a malformed request.
 	ErrInvalid = errors.New("control: invalid request")
@@ -36,9 +36,9 @@ var (
 
 // Error codes of ErrorBody.Code.
 const (
-	CodeObjectNotFound = "object_not_found" // fetch.ErrNotFound
-	CodeInvalidName    = "invalid_name"     // fetch.ErrInvalidName
-	CodeChecksum       = "checksum"         // fetch.ErrChecksum
+	CodeObjectNotFound = "object_not_found" // object.ErrNotFound
+	CodeInvalidName    = "invalid_name"     // object.ErrInvalidName
+	CodeChecksum       = "checksum"         // object.ErrChecksum
 	CodeNoSpace        = "no_space"         // ErrNoSpace
 	CodeNoShm          = "no_shm"           // ErrNoShm
 	CodeNotFound       = "not_found"        // ErrNotFound
@@ -56,9 +56,9 @@ var codes = map[string]struct {
 	status int
 	err    error
 }{
-	CodeObjectNotFound: {http.StatusNotFound, fetch.ErrNotFound},
-	CodeInvalidName:    {http.StatusBadRequest, fetch.ErrInvalidName},
-	CodeChecksum:       {http.StatusBadGateway, fetch.ErrChecksum},
+	CodeObjectNotFound: {http.StatusNotFound, object.ErrNotFound},
+	CodeInvalidName:    {http.StatusBadRequest, object.ErrInvalidName},
+	CodeChecksum:       {http.StatusBadGateway, object.ErrChecksum},
 	CodeNoSpace:        {http.StatusInsufficientStorage, ErrNoSpace},
 	CodeNoShm:          {http.StatusConflict, ErrNoShm},
 	CodeNotFound:       {http.StatusNotFound, ErrNotFound},
@@ -82,8 +82,8 @@ func StatusOf(code string) int {
 func sentinelOf(code string) error { return codes[code].err }
 
 // Error is an error answer from the daemon. It matches (errors.Is) the
-// sentinel its code stands for: fetch.ErrNotFound, fetch.ErrInvalidName,
-// fetch.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
+// sentinel its code stands for: object.ErrNotFound, object.ErrInvalidName,
+// object.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
 // ErrSessionEnded, ErrUnavailable or ErrNoFleet.
 type Error struct {
 	// Status is the HTTP status.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // releaseTimeout bounds Lease.Close, which has no context.
@@ -25,7 +25,7 @@ const releaseTimeout = 30 * time.Second
 // session ends, the daemon holds the copy open: it is neither evicted nor
 // deleted, and its file keeps its size. The caller maps or reads
 // Lease.Path itself.
-func (c *Client) Acquire(ctx context.Context, o fetch.Object) (*Lease, error) {
+func (c *Client) Acquire(ctx context.Context, o object.Object) (*Lease, error) {
 	var err error
 	for range 2 { // a session that ended under us is replaced once
 		var s *session
@@ -55,7 +55,7 @@ func (c *Client) Acquire(ctx context.Context, o fetch.Object) (*Lease, error) {
 // Open is Acquire, in the shape mmapstore.Opener declares, so that a Store
 // maps the daemon's copies and every process on the machine shares one
 // cache.
-func (c *Client) Open(ctx context.Context, o fetch.Object) (*Lease, error) {
+func (c *Client) Open(ctx context.Context, o object.Object) (*Lease, error) {
 	return c.Acquire(ctx, o)
 }
 
@@ -196,10 +196,10 @@ func (s *session) end() {
 type Lease struct {
 	c      *Client
 	s      *session
-	id     uint64      // within s; immutable
-	path   string      // immutable
-	tier   string      // immutable
-	attrs  fetch.Attrs // immutable
+	id     uint64       // within s; immutable
+	path   string       // immutable
+	tier   string       // immutable
+	attrs  object.Attrs // immutable
 	stale  atomic.Bool
 	staleC chan struct{} // closed when stale is set
 	done   atomic.Bool   // released
@@ -216,7 +216,7 @@ func (l *Lease) Size() int64 { return l.attrs.Size }
 func (l *Lease) Tier() string { return l.tier }
 
 // Attrs returns the attributes of the generation the copy holds.
-func (l *Lease) Attrs() fetch.Attrs { return l.attrs }
+func (l *Lease) Attrs() object.Attrs { return l.attrs }
 
 // Stale reports that the daemon no longer serves this copy (it was
 // replaced, evicted or moved to another tier), or that the lease session

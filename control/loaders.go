@@ -141,7 +141,7 @@ type LoaderConn struct {
 
 // OpenLoader opens a loader session (POST /v1/loaders) and joins it on the
 // data socket. ctx bounds only the opening. Errors are the daemon's
-// (matching ErrInvalid, fetch.ErrNotFound, …) or the data socket's.
+// (matching ErrInvalid, object.ErrNotFound, …) or the data socket's.
 func (c *Client) OpenLoader(ctx context.Context, req LoaderRequest) (*LoaderConn, error) {
 	b, err := json.Marshal(req)
 	if err != nil {

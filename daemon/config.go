@@ -18,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/mount"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -352,7 +353,7 @@ func (c Config) check() *fieldError {
 	seen := make(map[string]bool)
 	for i, s := range c.Sources {
 		idx := strconv.Itoa(i)
-		if _, err := fetch.ParsePrefix(s.URI); err != nil {
+		if _, err := object.ParsePrefix(s.URI); err != nil {
 			return bad(err.Error(), "sources", idx, "uri")
 		}
 		if seen[s.URI] {
@@ -439,7 +440,7 @@ func (f FetchConfig) Downloader() fetch.Config {
 // Tier maps the tiers and fetch sections onto a cache's settings, filled
 // through dl from src. The daemon and the CLI's standalone agent open
 // their caches with it alike.
-func (c Config) Tier(src fetch.Source, dl tier.Downloader, log *slog.Logger) tier.Config {
+func (c Config) Tier(src object.Source, dl tier.Downloader, log *slog.Logger) tier.Config {
 	return tier.Config{
 		Dir:         c.Tiers.Disk.Dir,
 		MaxBytes:    int64(c.Tiers.Disk.Max),

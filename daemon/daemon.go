@@ -16,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/metrics"
 	"github.com/cacheagent/cacheagent/mount"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -134,7 +135,7 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 		return err
 	}
 	d.src, d.dl = src, dl
-	var tsrc fetch.Source = src
+	var tsrc object.Source = src
 	var tdl tier.Downloader = dl
 	if cfg.Fleet != nil { // the tier reads through the peers
 		p, err := newPeerPlane(src, cfg.Fleet, cfg.Fetch.Downloader())
@@ -193,7 +194,7 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 	}
 	var roots []mount.Root
 	for _, s := range cfg.Sources {
-		u, _ := fetch.ParsePrefix(s.URI) // validated with the config
+		u, _ := object.ParsePrefix(s.URI) // validated with the config
 		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
 	}
 	srv, err := mount.Mount(ctx, cfg.Mount.Path, mount.Config{Cache: d.cache, Source: d.src, Roots: roots,

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestLeaseHoldsCopy acquires a lease and reads its file; evicts the
@@ -26,7 +26,7 @@ func TestLeaseHoldsCopy(t *testing.T) {
 	c := dial(t, d)
 	ctx := testCtx(t)
 
-	l, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "d/00"})
+	l, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: "d/00"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSessionEndReleases(t *testing.T) {
 	ctx := testCtx(t)
 	var leases []*control.Lease
 	for _, n := range []string{"d/00", "d/01", "d/02"} {
-		l, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: n})
+		l, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestLeaseStaleOnNewGeneration(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)
-	l, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "d/00"})
+	l, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: "d/00"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestLeaseStaleOnNewGeneration(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	zero := new(time.Duration)
-	if _, err := c.Read(ctx, fetch.Object{Bucket: "bkt", Name: "d/00"}, &buf, zero); err != nil {
+	if _, err := c.Read(ctx, object.Object{Bucket: "bkt", Name: "d/00"}, &buf, zero); err != nil {
 		t.Fatal(err)
 	}
 	if buf.String() != "second generation" {
@@ -152,7 +152,7 @@ func TestDaemonRestartEndsSession(t *testing.T) {
 	d := startDaemon(t, cfg)
 	c := dial(t, d)
 	ctx := testCtx(t)
-	o := fetch.Object{Bucket: "bkt", Name: "d/00"}
+	o := object.Object{Bucket: "bkt", Name: "d/00"}
 	l, err := c.Acquire(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +182,7 @@ func TestMmapstoreOverClient(t *testing.T) {
 	s := mmapstore.New(c, mmapstore.Config{})
 	defer s.Close()
 	ctx := testCtx(t)
-	err := s.View(ctx, fetch.Object{Bucket: "bkt", Name: "d/00"}, func(b []byte) error {
+	err := s.View(ctx, object.Object{Bucket: "bkt", Name: "d/00"}, func(b []byte) error {
 		if !bytes.Equal(b, objs[0].Content) {
 			t.Errorf("mapped %d bytes differ from the object's %d", len(b), len(objs[0].Content))
 		}
@@ -200,19 +200,19 @@ func TestErrors(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)
-	_, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "missing"})
-	if !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("Acquire(missing) = %v; want fetch.ErrNotFound", err)
+	_, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: "missing"})
+	if !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Acquire(missing) = %v; want object.ErrNotFound", err)
 	}
 	if _, err := c.Job(ctx, "nope"); !errors.Is(err, control.ErrNotFound) {
 		t.Errorf("Job(nope) = %v; want control.ErrNotFound", err)
 	}
-	if _, err := c.Prefetch(ctx, "", "x", fetch.Warm); !errors.Is(err, control.ErrInvalid) {
+	if _, err := c.Prefetch(ctx, "", "x", object.Warm); !errors.Is(err, control.ErrInvalid) {
 		t.Errorf("Prefetch without bucket = %v; want control.ErrInvalid", err)
 	}
-	err = c.Plan(ctx, "p", []fetch.Object{{Bucket: "bkt"}})
-	if !errors.Is(err, fetch.ErrInvalidName) {
-		t.Errorf("Plan with a nameless object = %v; want fetch.ErrInvalidName", err)
+	err = c.Plan(ctx, "p", []object.Object{{Bucket: "bkt"}})
+	if !errors.Is(err, object.ErrInvalidName) {
+		t.Errorf("Plan with a nameless object = %v; want object.ErrInvalidName", err)
 	}
 	// Hostile bodies: not JSON, unknown fields, trailing data.
 	for _, body := range []string{"{", `{"bucket":"b","bogus":1}`, `{"bucket":"b"} {}`, strings.Repeat("[", 1<<16)} {

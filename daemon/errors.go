@@ -5,7 +5,7 @@ import (
 	"errors"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -16,9 +16,9 @@ var errorCodes = []struct {
 	err  error
 	code string
 }{
-	{fetch.ErrNotFound, control.CodeObjectNotFound},
-	{fetch.ErrInvalidName, control.CodeInvalidName},
-	{fetch.ErrChecksum, control.CodeChecksum},
+	{object.ErrNotFound, control.CodeObjectNotFound},
+	{object.ErrInvalidName, control.CodeInvalidName},
+	{object.ErrChecksum, control.CodeChecksum},
 	{tier.ErrNoSpace, control.CodeNoSpace},
 	{tier.ErrNoShm, control.CodeNoShm},
 	{control.ErrNotFound, control.CodeNotFound},

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -15,9 +15,9 @@ import (
 // client as the sentinel it stands for there.
 func TestErrorCodes(t *testing.T) {
 	for _, tc := range []struct{ err, client error }{
-		{fetch.ErrNotFound, fetch.ErrNotFound},
-		{fetch.ErrInvalidName, fetch.ErrInvalidName},
-		{fetch.ErrChecksum, fetch.ErrChecksum},
+		{object.ErrNotFound, object.ErrNotFound},
+		{object.ErrInvalidName, object.ErrInvalidName},
+		{object.ErrChecksum, object.ErrChecksum},
 		{tier.ErrNoSpace, control.ErrNoSpace},
 		{tier.ErrNoShm, control.ErrNoShm},
 		{tier.ErrNoPlan, control.ErrNotFound},

@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -84,7 +84,7 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 // listed for a prefetch or a pin, tells the disk tier what it now owns,
 // and returns the order to prefetch objs in (fleetOwners.interleave).
 // Without a fleet it returns objs.
-func (d *Daemon) fleetListed(uri string, objs []fetch.Attrs) []fetch.Attrs {
+func (d *Daemon) fleetListed(uri string, objs []object.Attrs) []object.Attrs {
 	if d.peers == nil {
 		return objs
 	}
@@ -103,11 +103,11 @@ const maxListedForBalance = 1 << 20
 // objects (at most maxListedForBalance of them), so that reads of a
 // dataset no prefetch lists are placed the balanced way too.
 func (d *Daemon) listForBalance(ctx context.Context, uri string) {
-	u, err := fetch.ParsePrefix(uri)
+	u, err := object.ParsePrefix(uri)
 	if err != nil { // validated with the config
 		return
 	}
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for a, err := range d.src.List(ctx, u.Bucket, u.Path) {
 		if err != nil {
 			if ctx.Err() == nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -28,8 +28,8 @@ type jobSpec struct {
 	uri     string // gs://bucket/prefix, or a description
 	bucket  string
 	prefix  string
-	objects []fetch.Attrs // if not nil, prefetched instead of listing
-	prio    fetch.Priority
+	objects []object.Attrs // if not nil, prefetched instead of listing
+	prio    object.Priority
 }
 
 // jobManager runs prefetch jobs, each in its own goroutine, and remembers
@@ -37,17 +37,17 @@ type jobSpec struct {
 type jobManager struct {
 	// Set once before the first job.
 	cache *tier.Cache
-	src   fetch.Source
+	src   object.Source
 	// prefetch, if set, fills a job's objects instead of cache.Prefetch
 	// (a fleet node's, which may leave objects to their owners).
-	prefetch func(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, progress func(tier.Progress)) error
+	prefetch func(ctx context.Context, objs []object.Attrs, p object.Priority, progress func(tier.Progress)) error
 	log      *slog.Logger
 	// onChange, if set, is called when a job starts and after it ends.
 	onChange func()
 	// onList, if set, is given the objects of each job before they are
 	// prefetched (the dataset a fleet node balances its owners over), and
 	// returns them in the order to prefetch them.
-	onList func(uri string, objs []fetch.Attrs) []fetch.Attrs
+	onList func(uri string, objs []object.Attrs) []object.Attrs
 
 	running sync.WaitGroup // job goroutines
 
@@ -144,8 +144,8 @@ func (m *jobManager) run(ctx context.Context, j *job) {
 }
 
 // list collects the objects under the job's prefix.
-func (m *jobManager) list(ctx context.Context, j *job) ([]fetch.Attrs, error) {
-	var objs []fetch.Attrs
+func (m *jobManager) list(ctx context.Context, j *job) ([]object.Attrs, error) {
+	var objs []object.Attrs
 	for a, err := range m.src.List(ctx, j.spec.bucket, j.spec.prefix) {
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", j.spec.uri, err)
@@ -201,8 +201,8 @@ func (m *jobManager) counts() map[control.JobState]int {
 
 // pending returns the objects that running jobs have yet to finish, by
 // priority.
-func (m *jobManager) pending() map[fetch.Priority]int {
-	out := make(map[fetch.Priority]int)
+func (m *jobManager) pending() map[object.Priority]int {
+	out := make(map[object.Priority]int)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, j := range m.order {

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestPrefetchJobWatch starts a prefetch job, follows it to the end and
@@ -27,7 +27,7 @@ func TestPrefetchJobWatch(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)
-	j, err := c.Prefetch(ctx, "bkt", "set/", fetch.Plan)
+	j, err := c.Prefetch(ctx, "bkt", "set/", object.Plan)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestCancelJob(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)
-	j, err := c.Prefetch(ctx, "bkt", "slow/", fetch.Warm)
+	j, err := c.Prefetch(ctx, "bkt", "slow/", object.Warm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,9 +117,9 @@ func TestPlanAndStage(t *testing.T) {
 		_ loader.Planner = c
 		_ loader.Stager  = c
 	)
-	var objs []fetch.Object
+	var objs []object.Object
 	for _, n := range []string{"p/03", "p/01", "p/00", "p/04"} {
-		objs = append(objs, fetch.Object{Bucket: "bkt", Name: n})
+		objs = append(objs, object.Object{Bucket: "bkt", Name: n})
 	}
 	const id = "job7/rank0"
 	if err := c.Plan(ctx, id, objs); err != nil {
@@ -198,7 +198,7 @@ func TestReload(t *testing.T) {
 	d := startDaemon(t, cfg)
 	c := dial(t, d)
 	ctx := testCtx(t)
-	j, err := c.Prefetch(ctx, "bkt", "a/", fetch.Warm)
+	j, err := c.Prefetch(ctx, "bkt", "a/", object.Warm)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@ import (
 	"unsafe"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // A loader session's formats: how each dataset format's batches lie in
@@ -65,7 +65,7 @@ func (d *Daemon) loaderDataset(ctx context.Context, req control.LoaderRequest, s
 			return loader.Dataset{}, fmt.Errorf("%w: format %s needs seq_len", loader.ErrConfig, o.Format)
 		}
 	}
-	u, err := fetch.ParsePrefix(req.Data)
+	u, err := object.ParsePrefix(req.Data)
 	if err != nil {
 		return loader.Dataset{}, fmt.Errorf("%w: data: %w", loader.ErrConfig, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -117,7 +118,7 @@ func TestReportStatsRoute(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir(), emu))
 	c := dial(t, d)
 	ctx := testCtx(t)
-	if err := c.Plan(ctx, "p", []fetch.Object{{Bucket: "bkt", Name: "p/00"}}); err != nil {
+	if err := c.Plan(ctx, "p", []object.Object{{Bucket: "bkt", Name: "p/00"}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.ReportStats(ctx, "p", stats.Loader{Batches: 2, Samples: 16}); err != nil {

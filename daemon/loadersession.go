@@ -7,11 +7,11 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -47,7 +47,7 @@ type loaderSession struct {
 // openLoaderSession validates req, builds the dataset (reading the shards'
 // headers), creates the ring and starts the loader. Malformed requests
 // are errors matching control.ErrInvalid; missing objects or buckets
-// fetch.ErrNotFound.
+// object.ErrNotFound.
 func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderRequest) (*loaderSession, error) {
 	cfg, err := loaderConfig(req)
 	if err != nil {
@@ -111,10 +111,10 @@ func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest
 }
 
 // invalid marks the loader's and the ring's validation errors as
-// control.ErrInvalid; others (fetch.ErrNotFound, …) pass as they are.
+// control.ErrInvalid; others (object.ErrNotFound, …) pass as they are.
 func invalid(err error) error {
 	for _, e := range []error{loader.ErrDataset, loader.ErrManifest, loader.ErrPattern, loader.ErrConfig,
-		loader.ErrResume, sampler.ErrConfig, ring.ErrLayout, fetch.ErrInvalidName} {
+		loader.ErrResume, sampler.ErrConfig, ring.ErrLayout, object.ErrInvalidName} {
 		if errors.Is(err, e) {
 			return fmt.Errorf("%w: %w", control.ErrInvalid, err)
 		}
@@ -219,7 +219,7 @@ func (s *loaderSession) free() {
 type sessionPlanner struct{ d *Daemon }
 
 // Plan implements loader.Planner.
-func (p sessionPlanner) Plan(ctx context.Context, id string, objs []fetch.Object) error {
+func (p sessionPlanner) Plan(ctx context.Context, id string, objs []object.Object) error {
 	if err := p.d.plans.admit(id); err != nil {
 		return err
 	}

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestLoaderSession reads two epochs through a session: every batch's ids
@@ -258,8 +258,8 @@ func TestLoaderSessionBadRequests(t *testing.T) {
 		"manifest": {func(r *control.LoaderRequest) {
 			r.Data, r.Pattern, r.Manifest = "", "", json.RawMessage(`{"arrays":1}`)
 		}, control.ErrInvalid},
-		"missing object":   {func(r *control.LoaderRequest) { r.Data, r.Pattern, r.Manifest = "", "", manifest("gs://bkt/nope.npy") }, fetch.ErrNotFound},
-		"unknown bucket":   {func(r *control.LoaderRequest) { r.Data = "gs://nosuchbucket/train/" }, fetch.ErrNotFound},
+		"missing object":   {func(r *control.LoaderRequest) { r.Data, r.Pattern, r.Manifest = "", "", manifest("gs://bkt/nope.npy") }, object.ErrNotFound},
+		"unknown bucket":   {func(r *control.LoaderRequest) { r.Data = "gs://nosuchbucket/train/" }, object.ErrNotFound},
 		"too many batches": {func(r *control.LoaderRequest) { r.BatchSize = 100; r.DropLast = true }, control.ErrInvalid},
 		"node ranks":       {func(r *control.LoaderRequest) { r.Shuffle, r.RanksPerNode = "node", 3 }, control.ErrInvalid},
 		"node index": {func(r *control.LoaderRequest) {

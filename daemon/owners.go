@@ -6,10 +6,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Bounds on the datasets fleetOwners balances: the most recent listings,
@@ -67,7 +67,7 @@ func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 // with the others listed before, and reports whether it could (false
 // before the fleet starts; startFleet balances then). A new listing of uri
 // replaces the old.
-func (o *fleetOwners) register(src *peer.Source, uri string, objs []fetch.Attrs) bool {
+func (o *fleetOwners) register(src *peer.Source, uri string, objs []object.Attrs) bool {
 	items := src.Items(objs)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -130,7 +130,7 @@ func (o *fleetOwners) rebalanceLocked() bool {
 // same order, so every owner's link is busy from the start with the
 // objects all nodes ask for first, instead of some owners waiting while
 // the prefetch window is full of another's objects.
-func (o *fleetOwners) interleave(objs []fetch.Attrs) []fetch.Attrs {
+func (o *fleetOwners) interleave(objs []object.Attrs) []object.Attrs {
 	a := o.balanced.Load()
 	if a == nil || a.Table().Len() < 2 {
 		return objs
@@ -152,7 +152,7 @@ func (o *fleetOwners) interleave(objs []fetch.Attrs) []fetch.Attrs {
 		}
 		return cmp.Compare(x.owner, y.owner)
 	})
-	out := make([]fetch.Attrs, len(objs))
+	out := make([]object.Attrs, len(objs))
 	for j, s := range slots {
 		out[j] = objs[s.i]
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // startFleetMember starts a fleet member on loopback (insecure) and
@@ -52,9 +53,9 @@ func TestFleetOwnersBalanced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for i := range 48 {
-		objs = append(objs, fetch.Attrs{Object: fetch.Object{Bucket: "bkt", Name: fmt.Sprintf("d/%03d", i),
+		objs = append(objs, object.Attrs{Object: object.Object{Bucket: "bkt", Name: fmt.Sprintf("d/%03d", i),
 			Generation: int64(1000 + i)}, Size: 2 << 20})
 	}
 	owners := make([]*fleetOwners, 3)
@@ -166,7 +167,7 @@ func TestFleetOwnersBounded(t *testing.T) {
 	}
 	for i := range maxBalancedSets + 5 {
 		uri := fmt.Sprintf("gs://bkt/set%d/", i%(maxBalancedSets+3))
-		objs := []fetch.Attrs{{Object: fetch.Object{Bucket: "bkt", Name: uri, Generation: 1}, Size: 20 << 20}}
+		objs := []object.Attrs{{Object: object.Object{Bucket: "bkt", Name: uri, Generation: 1}, Size: 20 << 20}}
 		o.register(src, uri, objs)
 	}
 	if len(o.order) != maxBalancedSets || len(o.sets) != maxBalancedSets {

@@ -14,13 +14,14 @@ import (
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
 // corruptServedForTest, set only in builds with the cacheagent_testhooks
 // tag (testhooks.go), is the peer server's CorruptForTest.
-var corruptServedForTest func(o fetch.Object, off int64, p []byte)
+var corruptServedForTest func(o object.Object, off int64, p []byte)
 
 // fleetOwnersK is how many members a peer read ranks: the owner and two to
 // fall back to (one of them may be this node, which reads GCS itself).
@@ -55,7 +56,7 @@ type peerPlane struct {
 // newPeerPlane builds the client side of the data plane over gcs for the
 // fleet section fc: the Source, and the Downloaders fetch config fcfg
 // describes, one budget for peer reads and one for GCS reads.
-func newPeerPlane(gcs fetch.Source, fc *fleet.Config, fcfg fetch.Config) (*peerPlane, error) {
+func newPeerPlane(gcs object.Source, fc *fleet.Config, fcfg fetch.Config) (*peerPlane, error) {
 	p := &peerPlane{key: insecurePeerKey}
 	if fc.KeyFile != "" {
 		secret, err := fleet.ReadKeyFile(fc.KeyFile)
@@ -153,7 +154,7 @@ func sourceBuckets(srcs []SourceConfig) []string {
 	var out []string
 	seen := make(map[string]bool)
 	for _, s := range srcs {
-		u, err := fetch.ParsePrefix(s.URI)
+		u, err := object.ParsePrefix(s.URI)
 		if err != nil || seen[u.Bucket] {
 			continue
 		}

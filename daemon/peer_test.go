@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestDaemonFleetReadsThroughPeers starts two daemons in one fleet over
@@ -62,7 +62,7 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, d := range []*Daemon{a, b} {
 		wg.Go(func() {
-			var as []fetch.Attrs
+			var as []object.Attrs
 			for at, err := range d.src.List(testCtx(t), "bkt", "d/") {
 				if err != nil {
 					t.Error(err)
@@ -70,7 +70,7 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 				}
 				as = append(as, at)
 			}
-			if err := d.cache.Prefetch(testCtx(t), as, fetch.Demand, nil); err != nil {
+			if err := d.cache.Prefetch(testCtx(t), as, object.Demand, nil); err != nil {
 				t.Errorf("%s: Prefetch: %v", d.fleet.Name(), err)
 			}
 		})
@@ -81,7 +81,7 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 	}
 	for _, d := range []*Daemon{a, b} {
 		for name, data := range want {
-			h, err := d.cache.Open(testCtx(t), fetch.Object{Bucket: "bkt", Name: name})
+			h, err := d.cache.Open(testCtx(t), object.Object{Bucket: "bkt", Name: name})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -119,14 +119,14 @@ func (s *planStore) count() int {
 }
 
 // objectsOf validates a list of objects from a request.
-func objectsOf(refs []control.ObjectRef) ([]fetch.Object, error) {
+func objectsOf(refs []control.ObjectRef) ([]object.Object, error) {
 	if len(refs) > maxPlanObjects {
 		return nil, fmt.Errorf("%w: %d objects (at most %d)", control.ErrInvalid, len(refs), maxPlanObjects)
 	}
-	objs := make([]fetch.Object, len(refs))
+	objs := make([]object.Object, len(refs))
 	for i, r := range refs {
 		if r.Bucket == "" || r.Name == "" {
-			return nil, fmt.Errorf("%w: object %d has no bucket or name: %w", control.ErrInvalid, i, fetch.ErrInvalidName)
+			return nil, fmt.Errorf("%w: object %d has no bucket or name: %w", control.ErrInvalid, i, object.ErrInvalidName)
 		}
 		objs[i] = r.Object()
 	}
@@ -218,7 +218,7 @@ func (d *Daemon) handleFetch(w http.ResponseWriter, r *http.Request) {
 	}
 	objs, err := objectsOf(req.Objects)
 	if err == nil {
-		err = d.cache.FetchObjects(r.Context(), objs, fetch.Demand)
+		err = d.cache.FetchObjects(r.Context(), objs, object.Demand)
 	}
 	d.stats.invalidate()
 	if err != nil {

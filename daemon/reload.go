@@ -7,7 +7,7 @@ import (
 	"reflect"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -164,13 +164,13 @@ func (d *Daemon) applySources(old, next []SourceConfig) {
 
 // warm starts a warm-priority prefetch of a source.
 func (d *Daemon) warm(uri string) {
-	u, err := fetch.ParsePrefix(uri)
+	u, err := object.ParsePrefix(uri)
 	if err != nil { // validated with the config
 		d.log.Error("warm source", "uri", uri, "err", err)
 		return
 	}
 	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: uri, bucket: u.Bucket, prefix: u.Path,
-		prio: fetch.Warm}); err != nil {
+		prio: object.Warm}); err != nil {
 		d.log.Warn("warm source", "uri", uri, "err", err)
 	}
 }

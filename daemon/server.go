@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -145,11 +145,11 @@ func (d *Daemon) handlePrefetch(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	prio := fetch.Warm
+	prio := object.Warm
 	switch req.Priority {
 	case "", "warm":
 	case "plan":
-		prio = fetch.Plan
+		prio = object.Plan
 	default:
 		writeError(w, fmt.Errorf("%w: priority %q is not warm or plan", control.ErrInvalid, req.Priority))
 		return
@@ -231,7 +231,7 @@ func (d *Daemon) handlePin(w http.ResponseWriter, r *http.Request) {
 	}
 	defer d.stats.invalidate()
 	ctx := r.Context()
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for a, err := range d.src.List(ctx, req.Bucket, req.Prefix) {
 		if err != nil {
 			writeError(w, fmt.Errorf("list gs://%s/%s: %w", req.Bucket, req.Prefix, err))
@@ -240,7 +240,7 @@ func (d *Daemon) handlePin(w http.ResponseWriter, r *http.Request) {
 		objs = append(objs, a)
 	}
 	objs = d.fleetListed("gs://"+req.Bucket+"/"+req.Prefix, objs)
-	if err := d.cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
+	if err := d.cache.Prefetch(ctx, objs, object.Plan, nil); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -304,7 +304,7 @@ func (d *Daemon) handleList(w http.ResponseWriter, r *http.Request) {
 // the object's bytes through the cache (ranges supported).
 func (d *Daemon) handleRead(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	o := fetch.Object{Bucket: q.Get("bucket"), Name: q.Get("name")}
+	o := object.Object{Bucket: q.Get("bucket"), Name: q.Get("name")}
 	var opts []tier.OpenOption
 	var err error
 	if g := q.Get("generation"); g != "" {

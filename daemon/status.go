@@ -11,9 +11,9 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/metrics"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -160,7 +160,7 @@ func (d *Daemon) metricSources() metrics.Sources {
 	return metrics.Sources{
 		Tiers:   func() stats.Cache { return d.stats.get() },
 		Fetch:   d.fetchStats,
-		Pending: func() map[fetch.Priority]int { return d.jobs.pending() },
+		Pending: func() map[object.Priority]int { return d.jobs.pending() },
 		Leases:  d.sessions.counts,
 		Plans:   func() stats.Plan { return d.cache.PlanStats() },
 		Loaders: d.plans.loaderTotals,
@@ -180,7 +180,7 @@ func (d *Daemon) metricSources() metrics.Sources {
 // which tier of cache holds its live generation. If the source cannot be
 // listed (and ctx has not ended), it returns what the cache holds with a
 // warning saying why.
-func ListObjects(ctx context.Context, src fetch.Source, cache *tier.Cache, bucket, prefix string) (control.ListResult, error) {
+func ListObjects(ctx context.Context, src object.Source, cache *tier.Cache, bucket, prefix string) (control.ListResult, error) {
 	entries := cache.Entries(bucket, prefix)
 	cached := make(map[string]tier.Entry, len(entries))
 	for _, e := range entries {

@@ -5,7 +5,7 @@ package daemon
 import (
 	"os"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestHookCorruptServed is the environment variable that, in a daemon
@@ -16,6 +16,6 @@ const TestHookCorruptServed = "CACHEAGENT_TESTHOOK_CORRUPT_SERVED"
 
 func init() {
 	if os.Getenv(TestHookCorruptServed) == "1" {
-		corruptServedForTest = func(_ fetch.Object, _ int64, p []byte) { p[0] ^= 0x5a }
+		corruptServedForTest = func(_ object.Object, _ int64, p []byte) { p[0] ^= 0x5a }
 	}
 }

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestShmTier pins objects hot through the daemon and checks that status
@@ -35,7 +35,7 @@ func TestShmTier(t *testing.T) {
 		st.Tiers[1].Name != "disk" || st.Tiers[1].Entries != 2 {
 		t.Fatalf("tiers = %+v; want shm (2 entries, 2 promotions) then disk (2)", st.Tiers)
 	}
-	l, err := c.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "h/01"})
+	l, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: "h/01"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
 // flipCached flips one byte of the cached copy of o behind the cache's
 // back (cachetest.FlipByte).
-func flipCached(t *testing.T, c *control.Client, o fetch.Object) {
+func flipCached(t *testing.T, c *control.Client, o object.Object) {
 	t.Helper()
 	l, err := c.Acquire(testCtx(t), o)
 	if err != nil {
@@ -29,11 +29,11 @@ func flipCached(t *testing.T, c *control.Client, o fetch.Object) {
 
 // cacheAll fetches the n objects of dataset(bucket, prefix, n, …) through
 // the daemon.
-func cacheAll(t *testing.T, c *control.Client, bucket, prefix string, n int) []fetch.Object {
+func cacheAll(t *testing.T, c *control.Client, bucket, prefix string, n int) []object.Object {
 	t.Helper()
-	var refs []fetch.Object
+	var refs []object.Object
 	for i := range n {
-		refs = append(refs, fetch.Object{Bucket: bucket, Name: fmt.Sprintf("%s%02d", prefix, i)})
+		refs = append(refs, object.Object{Bucket: bucket, Name: fmt.Sprintf("%s%02d", prefix, i)})
 	}
 	if err := c.Fetch(testCtx(t), refs); err != nil {
 		t.Fatal(err)

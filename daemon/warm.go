@@ -6,7 +6,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -33,7 +33,7 @@ const fleetWindowPerMember = 8
 // nothing is kept here) and caches those it owns, and any whose owner
 // failed. Progress counts a warmed object as done, with nothing fetched
 // here.
-func (d *Daemon) prefetchObjects(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, progress func(tier.Progress)) error {
+func (d *Daemon) prefetchObjects(ctx context.Context, objs []object.Attrs, p object.Priority, progress func(tier.Progress)) error {
 	var total int64
 	for _, a := range objs {
 		total += a.Size
@@ -47,7 +47,7 @@ func (d *Daemon) prefetchObjects(ctx context.Context, objs []fetch.Attrs, p fetc
 	var (
 		mu     sync.Mutex
 		warmed tier.Progress // the warmed objects' share of the progress
-		local  []fetch.Attrs
+		local  []object.Attrs
 	)
 	report := func(l tier.Progress) { // under mu
 		if progress == nil {

@@ -12,7 +12,7 @@ func withAlive(ctx context.Context, fn func()) context.Context {
 
 // Alive tells the Downloader that the range read whose context is ctx is
 // making progress although no bytes have come yet, and restarts its stall
-// timeout (Config.StallTimeout). A Source calls it when it knows its
+// timeout (Config.StallTimeout). An object.Source calls it when it knows its
 // server is working on the range: a peer agent that fills the object
 // before answering sends heartbeats meanwhile. Outside a Downloader's range
 // read it does nothing.

@@ -21,6 +21,7 @@ import (
 	"cloud.google.com/go/storage/transfermanager"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // gcsLink is the modelled link per connection.
@@ -31,7 +32,7 @@ var gcsLink = emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: 100e
 type benchSet struct {
 	s     *emulator.Server
 	g     *GCS
-	attrs []Attrs
+	attrs []object.Attrs
 	bytes int64
 }
 
@@ -52,8 +53,8 @@ func newBenchSet(b *testing.B, n, size int) *benchSet {
 		if err != nil {
 			b.Fatal(err)
 		}
-		set.attrs = append(set.attrs, Attrs{
-			Object: Object{Bucket: "bench", Name: name, Generation: gen},
+		set.attrs = append(set.attrs, object.Attrs{
+			Object: object.Object{Bucket: "bench", Name: name, Generation: gen},
 			Size:   int64(size), CRC32C: crc32.Checksum(data, castagnoli), HasCRC32C: true,
 		})
 		set.bytes += int64(size)
@@ -69,7 +70,7 @@ func (set *benchSet) fetchAll(b *testing.B, d *Downloader) time.Duration {
 	var wg sync.WaitGroup
 	for _, a := range set.attrs {
 		wg.Go(func() {
-			if err := d.Fetch(context.Background(), a, discardWriterAt{}, NewUrgency(Warm)); err != nil {
+			if err := d.Fetch(context.Background(), a, discardWriterAt{}, object.NewUrgency(object.Warm)); err != nil {
 				b.Error(err)
 			}
 		})
@@ -161,7 +162,7 @@ func BenchmarkManySmall(b *testing.B) {
 		conc += set.fetchAll(b, d)
 		start := time.Now()
 		for _, a := range set.attrs[:sample] {
-			if err := d.Fetch(context.Background(), a, discardWriterAt{}, NewUrgency(Demand)); err != nil {
+			if err := d.Fetch(context.Background(), a, discardWriterAt{}, object.NewUrgency(object.Demand)); err != nil {
 				b.Fatal(err)
 			}
 		}

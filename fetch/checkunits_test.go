@@ -9,6 +9,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/linkshape"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestCheckUnitsRanges(t *testing.T) {
@@ -136,7 +137,7 @@ func TestFetchGCSCorruptionEveryRead(t *testing.T) {
 		return emulator.Fault{Corrupt: true, CorruptAt: int64(n % 1000)}
 	})
 	_, err := fetchFile(t, e.d, e.a, nil)
-	if !errors.Is(err, ErrChecksum) {
+	if !errors.Is(err, object.ErrChecksum) {
 		t.Fatalf("Fetch error = %v; want ErrChecksum", err)
 	}
 	st := e.d.Stats()

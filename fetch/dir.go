@@ -14,9 +14,11 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/cacheagent/cacheagent/object"
 )
 
-// Dir is a Source over a local directory laid out as <root>/<bucket>/<name>,
+// Dir is an object.Source over a local directory laid out as <root>/<bucket>/<name>,
 // with '/' in names separating directories. A file's generation is its
 // modification time in nanoseconds; Dir supplies no CRC32C.
 //
@@ -39,7 +41,7 @@ type Dir struct {
 	root *os.Root
 }
 
-var _ Source = (*Dir)(nil)
+var _ object.Source = (*Dir)(nil)
 
 // NewDir returns a Dir serving the directory root.
 func NewDir(root string) (*Dir, error) {
@@ -53,36 +55,36 @@ func NewDir(root string) (*Dir, error) {
 // Close releases the root directory. Calls after Close fail.
 func (d *Dir) Close() error { return d.root.Close() }
 
-// Stat returns the attributes of bucket/name, or ErrNotFound if it is not a
+// Stat returns the attributes of bucket/name, or object.ErrNotFound if it is not a
 // regular file or (when o.Generation is non-zero) its generation differs.
-func (d *Dir) Stat(ctx context.Context, o Object) (Attrs, error) {
+func (d *Dir) Stat(ctx context.Context, o object.Object) (object.Attrs, error) {
 	p, err := dirPath(o.Bucket, o.Name)
 	if err != nil {
-		return Attrs{}, fmt.Errorf("stat %s: %w", o, err)
+		return object.Attrs{}, fmt.Errorf("stat %s: %w", o, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return Attrs{}, fmt.Errorf("stat %s: %w", o, err)
+		return object.Attrs{}, fmt.Errorf("stat %s: %w", o, err)
 	}
 	fi, err := d.root.Stat(p)
 	if err != nil {
-		return Attrs{}, fmt.Errorf("stat %s: %w", o, mapFileErr(err))
+		return object.Attrs{}, fmt.Errorf("stat %s: %w", o, mapFileErr(err))
 	}
 	if !fi.Mode().IsRegular() {
-		return Attrs{}, fmt.Errorf("stat %s: not a regular file: %w", o, ErrNotFound)
+		return object.Attrs{}, fmt.Errorf("stat %s: not a regular file: %w", o, object.ErrNotFound)
 	}
 	a := fileAttrs(o.Bucket, o.Name, fi)
 	if o.Generation != 0 && a.Generation != o.Generation {
-		return Attrs{}, fmt.Errorf("stat %s: live generation is %d: %w", o, a.Generation, ErrNotFound)
+		return object.Attrs{}, fmt.Errorf("stat %s: live generation is %d: %w", o, a.Generation, object.ErrNotFound)
 	}
 	return a, nil
 }
 
 // NewRangeReader reads n bytes at off of bucket/name, after checking that
 // the file is still generation o.Generation (any generation if zero). At
-// EOF the reader checks again and returns ErrGenerationChanged instead of
+// EOF the reader checks again and returns object.ErrGenerationChanged instead of
 // io.EOF if the file was modified while being read. A range past the end
 // of the file yields fewer bytes.
-func (d *Dir) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+func (d *Dir) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	p, err := dirPath(o.Bucket, o.Name)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", o, err)
@@ -103,9 +105,9 @@ func (d *Dir) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.Re
 	case err != nil:
 		err = fmt.Errorf("read %s: %w", o, err)
 	case !fi.Mode().IsRegular():
-		err = fmt.Errorf("read %s: not a regular file: %w", o, ErrNotFound)
+		err = fmt.Errorf("read %s: not a regular file: %w", o, object.ErrNotFound)
 	case o.Generation != 0 && fi.ModTime().UnixNano() != o.Generation:
-		err = fmt.Errorf("read %s: file has generation %d: %w", o, fi.ModTime().UnixNano(), ErrGenerationChanged)
+		err = fmt.Errorf("read %s: file has generation %d: %w", o, fi.ModTime().UnixNano(), object.ErrGenerationChanged)
 	}
 	if err != nil {
 		f.Close()
@@ -118,7 +120,7 @@ func (d *Dir) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.Re
 type dirReader struct {
 	f   *os.File
 	sr  *io.SectionReader
-	o   Object
+	o   object.Object
 	gen int64
 }
 
@@ -130,7 +132,7 @@ func (r *dirReader) Read(p []byte) (int, error) {
 		case serr != nil:
 			err = fmt.Errorf("read %s: %w", r.o, serr)
 		case fi.ModTime().UnixNano() != r.gen:
-			err = fmt.Errorf("read %s: modified during read: %w", r.o, ErrGenerationChanged)
+			err = fmt.Errorf("read %s: modified during read: %w", r.o, object.ErrGenerationChanged)
 		}
 	}
 	return n, err
@@ -142,15 +144,15 @@ func (r *dirReader) Close() error { return r.f.Close() }
 // with prefix, in byte-wise name order (as GCS lists), walking directories
 // lazily and skipping those that cannot hold a match. Symbolic links to
 // directories are not followed.
-func (d *Dir) List(ctx context.Context, bucket, prefix string) iter.Seq2[Attrs, error] {
-	return func(yield func(Attrs, error) bool) {
+func (d *Dir) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
+	return func(yield func(object.Attrs, error) bool) {
 		if err := checkDirElem(bucket); err != nil {
-			yield(Attrs{}, fmt.Errorf("list %s: %w", bucket, err))
+			yield(object.Attrs{}, fmt.Errorf("list %s: %w", bucket, err))
 			return
 		}
 		br, err := d.root.OpenRoot(bucket)
 		if err != nil {
-			yield(Attrs{}, fmt.Errorf("list %s: %w", bucket, mapFileErr(err)))
+			yield(object.Attrs{}, fmt.Errorf("list %s: %w", bucket, mapFileErr(err)))
 			return
 		}
 		defer br.Close()
@@ -164,18 +166,18 @@ type dirWalk struct {
 	ctx            context.Context // only for the duration of List
 	root           *os.Root        // the bucket directory
 	bucket, prefix string
-	yield          func(Attrs, error) bool
+	yield          func(object.Attrs, error) bool
 }
 
 // walk lists dir ("" or a '/'-terminated path in the bucket) and reports
 // false once yield has asked to stop.
 func (w *dirWalk) walk(dir string) bool {
 	if err := w.ctx.Err(); err != nil {
-		return w.yield(Attrs{}, fmt.Errorf("list %s: %w", w.bucket, err))
+		return w.yield(object.Attrs{}, fmt.Errorf("list %s: %w", w.bucket, err))
 	}
 	entries, err := w.readDir(dir)
 	if err != nil {
-		return w.yield(Attrs{}, fmt.Errorf("list gs://%s/%s: %w", w.bucket, dir, err))
+		return w.yield(object.Attrs{}, fmt.Errorf("list gs://%s/%s: %w", w.bucket, dir, err))
 	}
 	for _, e := range entries {
 		name := dir + e.Name()
@@ -191,7 +193,7 @@ func (w *dirWalk) walk(dir string) bool {
 		}
 		fi, err := w.info(e, name)
 		if err != nil {
-			return w.yield(Attrs{}, fmt.Errorf("list gs://%s/%s: %w", w.bucket, name, err))
+			return w.yield(object.Attrs{}, fmt.Errorf("list gs://%s/%s: %w", w.bucket, name, err))
 		}
 		if fi != nil && fi.Mode().IsRegular() && !w.yield(fileAttrs(w.bucket, name, fi), nil) {
 			return false
@@ -241,27 +243,27 @@ func (w *dirWalk) readDir(dir string) ([]fs.DirEntry, error) {
 }
 
 // fileAttrs describes a regular file as an object.
-func fileAttrs(bucket, name string, fi fs.FileInfo) Attrs {
+func fileAttrs(bucket, name string, fi fs.FileInfo) object.Attrs {
 	mt := fi.ModTime()
-	return Attrs{
-		Object:  Object{Bucket: bucket, Name: name, Generation: mt.UnixNano()},
+	return object.Attrs{
+		Object:  object.Object{Bucket: bucket, Name: name, Generation: mt.UnixNano()},
 		Size:    fi.Size(),
 		Updated: mt,
 	}
 }
 
 // dirPath returns the path of bucket/name relative to the root, or
-// ErrInvalidName.
+// object.ErrInvalidName.
 func dirPath(bucket, name string) (string, error) {
 	if err := checkDirElem(bucket); err != nil {
 		return "", err
 	}
 	if name == "" || name == "." || strings.IndexByte(name, 0) >= 0 || path.Clean(name) != name || !filepath.IsLocal(name) {
-		return "", fmt.Errorf("%q is not a canonical relative path: %w", name, ErrInvalidName)
+		return "", fmt.Errorf("%q is not a canonical relative path: %w", name, object.ErrInvalidName)
 	}
 	p := filepath.Join(bucket, filepath.FromSlash(name))
 	if !filepath.IsLocal(p) {
-		return "", fmt.Errorf("%q is not a local path: %w", p, ErrInvalidName)
+		return "", fmt.Errorf("%q is not a local path: %w", p, object.ErrInvalidName)
 	}
 	return p, nil
 }
@@ -270,16 +272,16 @@ func dirPath(bucket, name string) (string, error) {
 func checkDirElem(bucket string) error {
 	if bucket == "" || bucket == "." || bucket == ".." || strings.ContainsAny(bucket, "/\x00") ||
 		!filepath.IsLocal(bucket) {
-		return fmt.Errorf("bucket %q is not a directory name: %w", bucket, ErrInvalidName)
+		return fmt.Errorf("bucket %q is not a directory name: %w", bucket, object.ErrInvalidName)
 	}
 	return nil
 }
 
 // mapFileErr maps "no such file" (and a file where a directory was
-// expected) to ErrNotFound, keeping the original error in the chain.
+// expected) to object.ErrNotFound, keeping the original error in the chain.
 func mapFileErr(err error) error {
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", object.ErrNotFound, err)
 	}
 	return err
 }

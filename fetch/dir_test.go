@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // newTestDir returns a Dir over a fresh temporary root, and the root.
@@ -58,25 +59,25 @@ func TestDirStat(t *testing.T) {
 	}
 	ctx := context.Background()
 
-	a, err := d.Stat(ctx, Object{Bucket: "b", Name: "x/y.bin"})
+	a, err := d.Stat(ctx, object.Object{Bucket: "b", Name: "x/y.bin"})
 	if err != nil {
 		t.Fatalf("Stat: %v", err)
 	}
-	want := Attrs{Object: Object{"b", "x/y.bin", t0.UnixNano()}, Size: 1000, Updated: t0}
+	want := object.Attrs{Object: object.Object{Bucket: "b", Name: "x/y.bin", Generation: t0.UnixNano()}, Size: 1000, Updated: t0}
 	if a.Object != want.Object || a.Size != want.Size || a.HasCRC32C || !a.Updated.Equal(t0) {
 		t.Errorf("Stat = %+v; want %+v", a, want)
 	}
 	if _, err := d.Stat(ctx, a.Object); err != nil {
 		t.Errorf("Stat(own generation) = %v; want nil", err)
 	}
-	for _, o := range []Object{
+	for _, o := range []object.Object{
 		{Bucket: "b", Name: "x/missing"},
 		{Bucket: "b", Name: "x/y.bin/under-a-file"},
 		{Bucket: "nobucket", Name: "x/y.bin"},
 		{Bucket: "b", Name: "adir"},
 		{Bucket: "b", Name: "x/y.bin", Generation: a.Generation + 1},
 	} {
-		if _, err := d.Stat(ctx, o); !errors.Is(err, ErrNotFound) {
+		if _, err := d.Stat(ctx, o); !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("Stat(%v) error = %v; want ErrNotFound", o, err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestDirInvalidNames(t *testing.T) {
 	writeFile(t, root, "b/ok", []byte("x"), t0)
 	writeFile(t, root, "secret", []byte("outside the bucket"), t0)
 	ctx := context.Background()
-	cases := []Object{
+	cases := []object.Object{
 		{Bucket: "b", Name: ""},
 		{Bucket: "b", Name: "../secret"},
 		{Bucket: "b", Name: "x/../../secret"},
@@ -106,10 +107,10 @@ func TestDirInvalidNames(t *testing.T) {
 		{Bucket: "b\x00", Name: "ok"},
 	}
 	for _, o := range cases {
-		if _, err := d.Stat(ctx, o); !errors.Is(err, ErrInvalidName) {
+		if _, err := d.Stat(ctx, o); !errors.Is(err, object.ErrInvalidName) {
 			t.Errorf("Stat(%q/%q) error = %v; want ErrInvalidName", o.Bucket, o.Name, err)
 		}
-		if r, err := d.NewRangeReader(ctx, o, 0, 1); !errors.Is(err, ErrInvalidName) {
+		if r, err := d.NewRangeReader(ctx, o, 0, 1); !errors.Is(err, object.ErrInvalidName) {
 			if r != nil {
 				r.Close()
 			}
@@ -118,7 +119,7 @@ func TestDirInvalidNames(t *testing.T) {
 	}
 	for _, b := range []string{"", "..", "a/b"} {
 		for _, err := range d.List(ctx, b, "") {
-			if !errors.Is(err, ErrInvalidName) {
+			if !errors.Is(err, object.ErrInvalidName) {
 				t.Errorf("List(%q) error = %v; want ErrInvalidName", b, err)
 			}
 		}
@@ -132,7 +133,7 @@ func TestDirOddButValidNames(t *testing.T) {
 	for i, name := range []string{"with space", "ü/名前.bin", "new\nline", "..dots", "...", "a\\b", "-rf"} {
 		data := emulator.Pattern(uint64(i), 100+i)
 		writeFile(t, root, "b/"+name, data, t0)
-		a, err := d.Stat(ctx, Object{Bucket: "b", Name: name})
+		a, err := d.Stat(ctx, object.Object{Bucket: "b", Name: name})
 		if err != nil {
 			t.Errorf("Stat(%q): %v", name, err)
 			continue
@@ -153,12 +154,12 @@ func TestDirSymlinks(t *testing.T) {
 	mustSymlink(t, "real", filepath.Join(root, "b", "inside"))
 	ctx := context.Background()
 
-	a, err := d.Stat(ctx, Object{Bucket: "b", Name: "inside"})
+	a, err := d.Stat(ctx, object.Object{Bucket: "b", Name: "inside"})
 	if err != nil || a.Size != int64(len("real data")) {
 		t.Errorf("Stat(inside link) = %+v, %v; want the target's attributes", a, err)
 	}
 	for _, name := range []string{"abs-escape", "rel-escape"} {
-		o := Object{Bucket: "b", Name: name}
+		o := object.Object{Bucket: "b", Name: name}
 		if _, err := d.Stat(ctx, o); err == nil {
 			t.Errorf("Stat(%s) = nil error; want a refusal", name)
 		}
@@ -194,17 +195,17 @@ func TestDirFIFOIsNotAnObject(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(root, "b", "fifo"), 0o644); err != nil {
 		t.Skipf("mkfifo: %v", err)
 	}
-	o := Object{Bucket: "b", Name: "fifo"}
-	if _, err := d.Stat(context.Background(), o); !errors.Is(err, ErrNotFound) {
+	o := object.Object{Bucket: "b", Name: "fifo"}
+	if _, err := d.Stat(context.Background(), o); !errors.Is(err, object.ErrNotFound) {
 		t.Errorf("Stat(fifo) error = %v; want ErrNotFound", err)
 	}
 	// Must return, not block waiting for a writer.
-	if _, err := d.NewRangeReader(context.Background(), o, 0, 1); !errors.Is(err, ErrNotFound) {
+	if _, err := d.NewRangeReader(context.Background(), o, 0, 1); !errors.Is(err, object.ErrNotFound) {
 		t.Errorf("NewRangeReader(fifo) error = %v; want ErrNotFound", err)
 	}
 }
 
-func readAll(t *testing.T, src Source, o Object, off, n int64) []byte {
+func readAll(t *testing.T, src object.Source, o object.Object, off, n int64) []byte {
 	t.Helper()
 	r, err := src.NewRangeReader(context.Background(), o, off, n)
 	if err != nil {
@@ -222,7 +223,7 @@ func TestDirRangeReader(t *testing.T) {
 	d, root := newTestDir(t)
 	data := emulator.Pattern(3, 10000)
 	writeFile(t, root, "b/f", data, t0)
-	o := Object{Bucket: "b", Name: "f", Generation: t0.UnixNano()}
+	o := object.Object{Bucket: "b", Name: "f", Generation: t0.UnixNano()}
 	cases := []struct {
 		off, n int64
 		want   []byte
@@ -243,7 +244,7 @@ func TestDirRangeReader(t *testing.T) {
 	}
 	stale := o
 	stale.Generation--
-	if _, err := d.NewRangeReader(context.Background(), stale, 0, 5); !errors.Is(err, ErrGenerationChanged) {
+	if _, err := d.NewRangeReader(context.Background(), stale, 0, 5); !errors.Is(err, object.ErrGenerationChanged) {
 		t.Errorf("NewRangeReader(stale generation) error = %v; want ErrGenerationChanged", err)
 	}
 }
@@ -253,7 +254,7 @@ func TestDirRangeReader(t *testing.T) {
 func TestDirModifiedDuringRead(t *testing.T) {
 	d, root := newTestDir(t)
 	writeFile(t, root, "b/f", emulator.Pattern(4, 5000), t0)
-	o := Object{Bucket: "b", Name: "f", Generation: t0.UnixNano()}
+	o := object.Object{Bucket: "b", Name: "f", Generation: t0.UnixNano()}
 	r, err := d.NewRangeReader(context.Background(), o, 0, 5000)
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +264,7 @@ func TestDirModifiedDuringRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeFile(t, root, "b/f", emulator.Pattern(5, 5000), t0.Add(time.Second))
-	if _, err := io.ReadAll(r); !errors.Is(err, ErrGenerationChanged) {
+	if _, err := io.ReadAll(r); !errors.Is(err, object.ErrGenerationChanged) {
 		t.Errorf("read after modification error = %v; want ErrGenerationChanged", err)
 	}
 }
@@ -315,7 +316,7 @@ func TestDirList(t *testing.T) {
 		t.Errorf("List stopped after %d items; want 1", n)
 	}
 	for _, err := range d.List(ctx, "missing", "") {
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("List(missing bucket) error = %v; want ErrNotFound", err)
 		}
 	}

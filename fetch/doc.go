@@ -1,9 +1,9 @@
-// Package fetch pulls objects from a Source (Google Cloud Storage or a local
+// Package fetch pulls objects from an object.Source (Google Cloud Storage or a local
 // directory) into local files.
 //
 // # Sources
 //
-// A Source answers three questions: what is this object now (Stat), what
+// An object.Source answers three questions: what is this object now (Stat), what
 // objects lie under a prefix (List), and give me these bytes of this exact
 // generation (NewRangeReader). GCS implements it over
 // cloud.google.com/go/storage (HTTP/1.1 connections tuned for many parallel
@@ -14,7 +14,7 @@
 //
 // Object names are opaque strings. Cloud Storage accepts names such as
 // "../../x" or "a/./b", and so does the GCS source; it rejects with
-// ErrInvalidName only names no request can carry (empty, over 1024 bytes,
+// object.ErrInvalidName only names no request can carry (empty, over 1024 bytes,
 // invalid UTF-8, "." or "..", malformed bucket names) and leaves the rest,
 // newlines included, to the server.
 // Only Dir maps names to paths, through an os.Root, and it refuses names
@@ -26,9 +26,9 @@
 // A Downloader fetches one object as slices of Config.SliceSize read in
 // parallel, under one connection budget shared by every download on it
 // (create one per process). A freed connection goes to the waiting download
-// with the highest current Urgency (Demand > Plan > Warm); among equals, to
+// with the highest current object.Urgency (object.Demand > object.Plan > object.Warm); among equals, to
 // the download that started first, so objects complete in the order they
-// were asked for. Raising an Urgency takes effect at the next grant. A
+// were asked for. Raising an object.Urgency takes effect at the next grant. A
 // connection freed while no slice waits does not idle: it splits the
 // in-flight range with the most time left and fetches its second half, if
 // that half outlasts twice the average time to first byte, so the last
@@ -44,11 +44,11 @@
 // its lane full takes a main-lane slot that no one waits for, so a job of
 // many small objects is not held to the lane while the main lane idles.
 //
-// Every range's length is checked (a body that ends early is ErrShortRead,
+// Every range's length is checked (a body that ends early is object.ErrShortRead,
 // one that runs long is an error). A failed range is retried with
 // exponential backoff and full jitter on 429, 408, 5xx, transport errors,
 // short reads and stalls (no bytes for Config.StallTimeout, and no call of
-// Alive by the Source, which says its server is working on the range),
+// Alive by the object.Source, which says its server is working on the range),
 // resuming from the last byte written; other failures (4xx, invalid names, write errors
 // from the destination) end the download at once. The CRC32C of each slice
 // is computed as its bytes stream in and the slice CRCs are combined
@@ -60,13 +60,13 @@
 // destination no earlier read agrees with, up to Config.ChecksumAttempts
 // rounds (default 4, with backoff between them, each counted as a
 // "checksum" retry). The range reads of those later rounds run on a context
-// for which Reread reports true, so a Source reading through a less trusted
+// for which Reread reports true, so an object.Source reading through a less trusted
 // copy (a peer agent's cache) can go to the origin for them. A link that corrupts one response in ten thus costs a
-// second read and a few units, not a failure. It fails with ErrChecksum
+// second read and a few units, not a failure. It fails with object.ErrChecksum
 // when the rounds run out, or at once when every unit reads the same twice
 // and the object is still wrong (the source serves those bytes). Every
 // read is pinned to the generation the caller stat'ed, so an object
-// replaced mid-download fails with ErrGenerationChanged instead of mixing
+// replaced mid-download fails with object.ErrGenerationChanged instead of mixing
 // versions.
 //
 // # Concurrency
@@ -78,9 +78,9 @@
 //
 // # Errors
 //
-// Conditions callers test are sentinels: ErrNotFound, ErrGenerationChanged,
-// ErrChecksum, ErrShortRead, ErrInvalidName. A pinned generation that
-// vanished during a read is both ErrGenerationChanged and ErrNotFound: Stat
+// Conditions callers test are sentinels: object.ErrNotFound, object.ErrGenerationChanged,
+// object.ErrChecksum, object.ErrShortRead, object.ErrInvalidName. A pinned generation that
+// vanished during a read is both object.ErrGenerationChanged and ErrNotFound: Stat
 // again and restart. HTTP errors from GCS stay reachable as
 // *googleapi.Error with errors.As; errors from the destination keep their
 // cause (errors.Is(err, syscall.ENOSPC)). Everything is wrapped with the

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/wait"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -51,7 +52,7 @@ type Config struct {
 	// ("full jitter"). Defaults 100ms and 10s.
 	BackoffInitial, BackoffMax time.Duration
 	// StallTimeout aborts and retries a range that receives no bytes for
-	// this long, time to first byte included, unless its Source calls
+	// this long, time to first byte included, unless its object.Source calls
 	// Alive meanwhile. Default 20s.
 	StallTimeout time.Duration
 	// SmallObjectSize is the size up to which an object is small: its
@@ -116,13 +117,13 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// Downloader fetches objects from a Source into io.WriterAt destinations as
+// Downloader fetches objects from an object.Source into io.WriterAt destinations as
 // parallel ranges under one connection budget. Create it with NewDownloader;
 // it is safe for concurrent use, and meant to be shared by the whole process
 // so that the budget is global.
 type Downloader struct {
 	// Immutable after NewDownloader.
-	src  Source
+	src  object.Source
 	cfg  Config
 	sem  *connSem
 	unit int64 // check unit: the span of each CRC32C kept (see checkunits.go)
@@ -159,7 +160,7 @@ func (d *Downloader) observeTTFB(t time.Duration) {
 const copyBufSize = 256 << 10
 
 // NewDownloader returns a Downloader reading from src.
-func NewDownloader(src Source, cfg Config) (*Downloader, error) {
+func NewDownloader(src object.Source, cfg Config) (*Downloader, error) {
 	if src == nil {
 		return nil, errors.New("fetch: nil Source")
 	}
@@ -241,21 +242,21 @@ func (d *Downloader) Stats() stats.Fetch {
 // a.CRC32C when a.HasCRC32C. dst must accept parallel WriteAt calls on
 // disjoint ranges (an *os.File does). Fetch does not deduplicate: callers
 // wanting one download per object share it themselves and Raise its
-// Urgency as waiters join.
+// object.Urgency as waiters join.
 //
 // u is the download's priority for connection slots; it may be raised while
-// Fetch runs. A nil u means Warm. Among downloads of equal priority, the
+// Fetch runs. A nil u means object.Warm. Among downloads of equal priority, the
 // one that called Fetch first is served first.
 //
 // Failed range reads are retried per Config; a CRC32C mismatch re-reads
 // the object, whole and then the parts whose reads disagree, for up to
 // Config.ChecksumAttempts rounds, on a context marked Reread. Errors:
-// ErrGenerationChanged if the object changed mid-download (also
-// ErrNotFound if that generation is gone): Stat again and restart; ErrChecksum; the last error of a range that ran out of
+// object.ErrGenerationChanged if the object changed mid-download (also
+// object.ErrNotFound if that generation is gone): Stat again and restart; object.ErrChecksum; the last error of a range that ran out of
 // attempts, or the first error not worth retrying (a *googleapi.Error for
 // HTTP statuses); errors from dst, wrapped and never retried; ctx's error
 // if ctx ends. After an error dst holds partial data.
-func (d *Downloader) Fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency) error {
+func (d *Downloader) Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	err := d.fetch(ctx, a, dst, u)
 	if err != nil {
 		d.stats.failures.Add(1)
@@ -269,7 +270,7 @@ func (d *Downloader) Fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 }
 
 // fetch is Fetch without the accounting and the object in errors.
-func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency) error {
+func (d *Downloader) fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	if a.Size < 0 {
 		return fmt.Errorf("invalid size %d", a.Size)
 	}
@@ -277,7 +278,7 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 		return errors.New("nil destination")
 	}
 	if u == nil {
-		u = NewUrgency(Warm)
+		u = object.NewUrgency(object.Warm)
 	}
 	order := d.tickets.Add(1)
 	units := newCheckUnits(a.Size, d.unit)
@@ -301,9 +302,9 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 		todo = units.unconfirmed()
 		switch {
 		case len(todo) == 0:
-			return fmt.Errorf("%w: got %08x, want %08x, reading the same bytes every time", ErrChecksum, crc, a.CRC32C)
+			return fmt.Errorf("%w: got %08x, want %08x, reading the same bytes every time", object.ErrChecksum, crc, a.CRC32C)
 		case try >= d.cfg.ChecksumAttempts:
-			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads", ErrChecksum, crc, a.CRC32C, try)
+			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads", object.ErrChecksum, crc, a.CRC32C, try)
 		}
 		d.stats.retries[CauseChecksum].Add(1)
 		if err := wait.Sleep(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {
@@ -315,7 +316,7 @@ func (d *Downloader) fetch(ctx context.Context, a Attrs, dst io.WriterAt, u *Urg
 
 // fetchRound reads the ranges rs of a into dst, in parallel, and returns
 // them (with any split off them) in object order.
-func (d *Downloader) fetchRound(ctx context.Context, a Attrs, dst io.WriterAt, u *Urgency, order uint64, rs []*slice) ([]*slice, error) {
+func (d *Downloader) fetchRound(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency, order uint64, rs []*slice) ([]*slice, error) {
 	// The first failing slice cancels sctx with its error as the cause,
 	// before it frees its connection slot, so no further slice starts and
 	// that error, not a sibling's cancellation, is what Fetch returns.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // gcsEnv is an emulator with one object, a GCS source and a Downloader.
@@ -21,7 +22,7 @@ type gcsEnv struct {
 	s    *emulator.Server
 	g    *GCS
 	d    *Downloader
-	a    Attrs
+	a    object.Attrs
 	data []byte
 }
 
@@ -80,7 +81,7 @@ func TestFetchGCSSizes(t *testing.T) {
 	for _, size := range []int{0, 1, S, S + 1, 5*S + 3} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			e := newGCSEnv(t, size, fastConfig(), emulator.Options{})
-			got, err := fetchFile(t, e.d, e.a, NewUrgency(Demand))
+			got, err := fetchFile(t, e.d, e.a, object.NewUrgency(object.Demand))
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
 			}
@@ -211,7 +212,7 @@ func TestFetchGCSCorruption(t *testing.T) {
 			return emulator.Fault{Corrupt: true, CorruptAt: 5}
 		})
 		_, err := fetchFile(t, e.d, e.a, nil)
-		if !errors.Is(err, ErrChecksum) {
+		if !errors.Is(err, object.ErrChecksum) {
 			t.Fatalf("Fetch error = %v; want ErrChecksum", err)
 		}
 		if st := e.d.Stats(); st.CRCFailures != 2 || st.Failures != 1 {
@@ -258,7 +259,7 @@ func TestFetchGCSStall(t *testing.T) {
 
 // TestFetchGCSOverwritten: the object is replaced while its third slice is
 // requested. Without versioning the download fails with
-// ErrGenerationChanged; with it, the pinned generation completes intact.
+// object.ErrGenerationChanged; with it, the pinned generation completes intact.
 func TestFetchGCSOverwritten(t *testing.T) {
 	for _, versioned := range []bool{false, true} {
 		t.Run(fmt.Sprintf("versioned=%v", versioned), func(t *testing.T) {
@@ -288,7 +289,7 @@ func TestFetchGCSOverwritten(t *testing.T) {
 				checkBytes(t, "Fetch of the pinned generation", got, e.data)
 				return
 			}
-			if !errors.Is(err, ErrGenerationChanged) {
+			if !errors.Is(err, object.ErrGenerationChanged) {
 				t.Fatalf("Fetch error = %v; want ErrGenerationChanged", err)
 			}
 			if n := e.s.MediaGETs(); n != 3 {
@@ -300,7 +301,7 @@ func TestFetchGCSOverwritten(t *testing.T) {
 
 // TestFetchGCSOverwrittenDuringResume: a body breaks, and before the
 // storage client's own resume the object is replaced; the failed resume
-// surfaces from Read as ErrGenerationChanged.
+// surfaces from Read as object.ErrGenerationChanged.
 func TestFetchGCSOverwrittenDuringResume(t *testing.T) {
 	cfg := fastConfig()
 	cfg.SliceSize = 300 << 10
@@ -317,8 +318,8 @@ func TestFetchGCSOverwrittenDuringResume(t *testing.T) {
 		return emulator.Fault{}
 	})
 	_, err := fetchFile(t, e.d, e.a, nil)
-	if !errors.Is(err, ErrGenerationChanged) || !errors.Is(err, ErrNotFound) {
-		t.Fatalf("Fetch error = %v; want ErrGenerationChanged and ErrNotFound", err)
+	if !errors.Is(err, object.ErrGenerationChanged) || !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Fetch error = %v; want object.ErrGenerationChanged and ErrNotFound", err)
 	}
 	if n := e.s.MediaGETs(); n != 2 {
 		t.Errorf("media GETs = %d; want 2 (the client's resume, then no retry)", n)
@@ -343,7 +344,7 @@ func TestFetchGCSBudget(t *testing.T) {
 		a := putObject(t, s, g, "bkt", fmt.Sprint("obj", i), want[i])
 		dsts[i] = &memWriterAt{b: make([]byte, len(want[i]))}
 		wg.Go(func() {
-			if err := d.Fetch(context.Background(), a, dsts[i], NewUrgency(Priority(i%3))); err != nil {
+			if err := d.Fetch(context.Background(), a, dsts[i], object.NewUrgency(object.Priority(i%3))); err != nil {
 				t.Errorf("Fetch(%s): %v", a.Name, err)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestNewDownloaderConfig(t *testing.T) {
@@ -54,7 +55,7 @@ func TestFetchDirSizes(t *testing.T) {
 		data := emulator.Pattern(uint64(i), size)
 		name := "obj" + string(rune('a'+i))
 		writeFile(t, root, "b/"+name, data, t0)
-		a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: name})
+		a, err := src.Stat(context.Background(), object.Object{Bucket: "b", Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +64,7 @@ func TestFetchDirSizes(t *testing.T) {
 				a = withCRC(a, data)
 			}
 			d := newDownloader(t, src, fastConfig())
-			got, err := fetchFile(t, d, a, NewUrgency(Demand))
+			got, err := fetchFile(t, d, a, object.NewUrgency(object.Demand))
 			if err != nil {
 				t.Fatalf("Fetch(size %d, crc %v): %v", size, verify, err)
 			}
@@ -81,14 +82,14 @@ func TestFetchChecksumMismatch(t *testing.T) {
 	src, root := newTestDir(t)
 	data := emulator.Pattern(9, 200<<10)
 	writeFile(t, root, "b/f", data, t0)
-	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := src.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a = withCRC(a, data)
 	a.CRC32C ^= 1
 	d := newDownloader(t, src, fastConfig())
-	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, ErrChecksum) {
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, object.ErrChecksum) {
 		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
 	}
 	st := d.Stats()
@@ -96,8 +97,8 @@ func TestFetchChecksumMismatch(t *testing.T) {
 		t.Errorf("Stats = %+v; want 2 CRC failures, 1 checksum retry, 8 ranges, 1 failure", st)
 	}
 
-	empty := Attrs{Object: Object{Bucket: "b", Name: "e"}, CRC32C: 1, HasCRC32C: true}
-	if err := d.Fetch(context.Background(), empty, tempDst(t), nil); !errors.Is(err, ErrChecksum) {
+	empty := object.Attrs{Object: object.Object{Bucket: "b", Name: "e"}, CRC32C: 1, HasCRC32C: true}
+	if err := d.Fetch(context.Background(), empty, tempDst(t), nil); !errors.Is(err, object.ErrChecksum) {
 		t.Errorf("Fetch(empty object, CRC 1) error = %v; want ErrChecksum", err)
 	}
 	empty.CRC32C = 0
@@ -117,21 +118,21 @@ func TestFetchChecksumMismatch(t *testing.T) {
 func TestFetchDirGenerationChanged(t *testing.T) {
 	src, root := newTestDir(t)
 	writeFile(t, root, "b/f", emulator.Pattern(1, 1000), t0)
-	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := src.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, root, "b/f", emulator.Pattern(2, 1000), t0.Add(time.Second))
 	d := newDownloader(t, src, fastConfig())
-	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, ErrGenerationChanged) {
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, object.ErrGenerationChanged) {
 		t.Errorf("Fetch(overwritten) error = %v; want ErrGenerationChanged", err)
 	}
 	if err := os.Remove(root + "/b/f"); err != nil {
 		t.Fatal(err)
 	}
 	_, err = fetchFile(t, d, a, nil)
-	if !errors.Is(err, ErrGenerationChanged) || !errors.Is(err, ErrNotFound) {
-		t.Errorf("Fetch(deleted) error = %v; want ErrGenerationChanged and ErrNotFound", err)
+	if !errors.Is(err, object.ErrGenerationChanged) || !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Fetch(deleted) error = %v; want object.ErrGenerationChanged and ErrNotFound", err)
 	}
 	if st := d.Stats(); st.Ranges != 2 {
 		t.Errorf("Stats().Ranges = %d; want 2 (no retries)", st.Ranges)
@@ -147,7 +148,7 @@ func TestFetchENOSPC(t *testing.T) {
 	defer full.Close()
 	src, root := newTestDir(t)
 	writeFile(t, root, "b/f", emulator.Pattern(1, 1000), t0)
-	a, err := src.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := src.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestFetchENOSPC(t *testing.T) {
 func TestFetchCancelled(t *testing.T) {
 	dir, root := newTestDir(t)
 	writeFile(t, root, "b/f", emulator.Pattern(1, 300<<10), t0)
-	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,14 +194,14 @@ func TestFetchCancelled(t *testing.T) {
 // priorityRun starts a Fetch that holds the only connection, then queues
 // the given fetches one by one, then opens the gate and returns the order
 // in which their range reads started.
-func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, raise func()) []string {
+func priorityRun(t *testing.T, queued []string, urgencies map[string]*object.Urgency, raise func()) []string {
 	t.Helper()
 	dir, root := newTestDir(t)
 	names := append([]string{"holder"}, queued...)
-	attrs := map[string]Attrs{}
+	attrs := map[string]object.Attrs{}
 	for i, n := range names {
 		writeFile(t, root, "b/"+n, emulator.Pattern(uint64(i), 1000), t0)
-		a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: n})
+		a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: n})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +216,7 @@ func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, r
 	d.sem.onEnqueue = func() { enqueued <- struct{}{} }
 
 	var wg sync.WaitGroup
-	fetch := func(n string, u *Urgency) {
+	fetch := func(n string, u *object.Urgency) {
 		dst := tempDst(t)
 		wg.Go(func() {
 			if err := d.Fetch(context.Background(), attrs[n], dst, u); err != nil {
@@ -223,7 +224,7 @@ func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, r
 			}
 		})
 	}
-	fetch("holder", NewUrgency(Warm))
+	fetch("holder", object.NewUrgency(object.Warm))
 	<-src.opened
 	for _, n := range queued {
 		fetch(n, urgencies[n])
@@ -243,9 +244,9 @@ func priorityRun(t *testing.T, queued []string, urgencies map[string]*Urgency, r
 }
 
 func TestFetchPriority(t *testing.T) {
-	u := map[string]*Urgency{
-		"warm-1": NewUrgency(Warm), "warm-2": NewUrgency(Warm),
-		"plan": NewUrgency(Plan), "demand": NewUrgency(Demand),
+	u := map[string]*object.Urgency{
+		"warm-1": object.NewUrgency(object.Warm), "warm-2": object.NewUrgency(object.Warm),
+		"plan": object.NewUrgency(object.Plan), "demand": object.NewUrgency(object.Demand),
 	}
 	got := priorityRun(t, []string{"warm-1", "warm-2", "plan", "demand"}, u, nil)
 	if want := []string{"demand", "plan", "warm-1", "warm-2"}; !equalStrings(got, want) {
@@ -254,8 +255,8 @@ func TestFetchPriority(t *testing.T) {
 }
 
 func TestFetchRaiseUrgency(t *testing.T) {
-	u := map[string]*Urgency{"first": NewUrgency(Warm), "second": NewUrgency(Warm), "third": NewUrgency(Warm)}
-	got := priorityRun(t, []string{"first", "second", "third"}, u, func() { u["third"].Raise(Demand) })
+	u := map[string]*object.Urgency{"first": object.NewUrgency(object.Warm), "second": object.NewUrgency(object.Warm), "third": object.NewUrgency(object.Warm)}
+	got := priorityRun(t, []string{"first", "second", "third"}, u, func() { u["third"].Raise(object.Demand) })
 	if want := []string{"third", "first", "second"}; !equalStrings(got, want) {
 		t.Errorf("grant order = %q; want %q", got, want)
 	}
@@ -264,7 +265,7 @@ func TestFetchRaiseUrgency(t *testing.T) {
 func TestSetConnectionsGrows(t *testing.T) {
 	dir, root := newTestDir(t)
 	writeFile(t, root, "b/f", emulator.Pattern(1, 3*64<<10), t0)
-	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,13 +291,13 @@ func TestSetConnectionsGrows(t *testing.T) {
 
 // ctxSource records a fact about the context of each range read.
 type ctxSource struct {
-	Source
+	object.Source
 	fact  func(context.Context) bool
 	mu    sync.Mutex
 	facts []bool
 }
 
-func (s *ctxSource) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+func (s *ctxSource) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	f := s.fact(ctx)
 	s.mu.Lock()
 	s.facts = append(s.facts, f)
@@ -312,7 +313,7 @@ func fetchCtxFacts(t *testing.T, badCRC bool, fact func(context.Context) bool) (
 	dir, root := newTestDir(t)
 	data := emulator.Pattern(10, 200<<10)
 	writeFile(t, root, "b/f", data, t0)
-	a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: "f"})
+	a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestFetchRereadMarksContext(t *testing.T) {
 	}
 	// Every round mismatches: two rounds, then the same bytes twice.
 	marks, err := fetchCtxFacts(t, true, Reread)
-	if !errors.Is(err, ErrChecksum) {
+	if !errors.Is(err, object.ErrChecksum) {
 		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
 	}
 	if want := []bool{false, false, false, false, true, true, true, true}; !slices.Equal(marks, want) {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"github.com/cacheagent/cacheagent/object"
 	gax "github.com/googleapis/gax-go/v2"
 	"google.golang.org/api/iterator"
 	"google.golang.org/api/option"
@@ -26,7 +27,7 @@ type GCSConfig struct {
 	// Endpoint, if set, is the JSON API endpoint of a GCS-compatible server,
 	// e.g. "http://127.0.0.1:9000/storage/v1/"; a bare "http://host:port"
 	// gets the path /storage/v1/. Requests to it are not authenticated.
-	// Object data is read from the same host (the XML API).
+	// object.Object data is read from the same host (the XML API).
 	Endpoint string
 	// HTTPClient, if set, carries every request unchanged: it must
 	// authenticate them itself, and its transport's tuning is the caller's
@@ -51,7 +52,7 @@ const (
 	metaBackoffMax     = 5 * time.Second
 )
 
-// GCS is a Source over Google Cloud Storage, through
+// GCS is an object.Source over Google Cloud Storage, through
 // cloud.google.com/go/storage over HTTP. Create it with NewGCS and Close it
 // when done. It is safe for concurrent use.
 //
@@ -61,14 +62,14 @@ const (
 // rest of the range pinned to the same generation, once per break, and only
 // reports an error if that request fails. Reads ask for the stored bytes
 // (no decompressive transcoding of gzip-encoded objects), so lengths and
-// CRC32C match Attrs. The client checks CRC32C only on whole-object reads,
+// CRC32C match object.Attrs. The client checks CRC32C only on whole-object reads,
 // never on ranges; the Downloader verifies the assembled object.
 type GCS struct {
 	client    *storage.Client
 	transport *http.Transport // ours to close, or nil
 }
 
-var _ Source = (*GCS)(nil)
+var _ object.Source = (*GCS)(nil)
 
 // NewGCS returns a GCS source configured by cfg.
 func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
@@ -198,7 +199,7 @@ func (g *GCS) closeIdle() {
 }
 
 // handle returns the object handle for o, pinned to o.Generation if set.
-func (g *GCS) handle(o Object) *storage.ObjectHandle {
+func (g *GCS) handle(o object.Object) *storage.ObjectHandle {
 	h := g.client.Bucket(o.Bucket).Object(o.Name)
 	if o.Generation != 0 {
 		h = h.Generation(o.Generation)
@@ -208,27 +209,27 @@ func (g *GCS) handle(o Object) *storage.ObjectHandle {
 
 // Stat returns o's attributes: its live generation, or o.Generation if
 // non-zero.
-func (g *GCS) Stat(ctx context.Context, o Object) (Attrs, error) {
+func (g *GCS) Stat(ctx context.Context, o object.Object) (object.Attrs, error) {
 	if err := checkGCSObject(o.Bucket, o.Name); err != nil {
-		return Attrs{}, fmt.Errorf("stat %s: %w", o, err)
+		return object.Attrs{}, fmt.Errorf("stat %s: %w", o, err)
 	}
 	oa, err := g.handle(o).Attrs(ctx)
 	if err != nil {
-		return Attrs{}, fmt.Errorf("stat %s: %w", o, mapNotFound(err))
+		return object.Attrs{}, fmt.Errorf("stat %s: %w", o, mapNotFound(err))
 	}
 	return gcsAttrs(oa), nil
 }
 
 // List yields the live objects whose names start with prefix, in name order.
-func (g *GCS) List(ctx context.Context, bucket, prefix string) iter.Seq2[Attrs, error] {
-	return func(yield func(Attrs, error) bool) {
+func (g *GCS) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
+	return func(yield func(object.Attrs, error) bool) {
 		if err := checkGCSBucket(bucket); err != nil {
-			yield(Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, err))
+			yield(object.Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, err))
 			return
 		}
 		q := &storage.Query{Prefix: prefix}
 		if err := q.SetAttrSelection([]string{"Name", "Generation", "Size", "CRC32C", "Updated"}); err != nil {
-			yield(Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, err))
+			yield(object.Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, err))
 			return
 		}
 		it := g.client.Bucket(bucket).Objects(ctx, q)
@@ -238,7 +239,7 @@ func (g *GCS) List(ctx context.Context, bucket, prefix string) iter.Seq2[Attrs, 
 				return
 			}
 			if err != nil {
-				yield(Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, mapNotFound(err)))
+				yield(object.Attrs{}, fmt.Errorf("list gs://%s/%s: %w", bucket, prefix, mapNotFound(err)))
 				return
 			}
 			oa.Bucket = bucket
@@ -250,9 +251,9 @@ func (g *GCS) List(ctx context.Context, bucket, prefix string) iter.Seq2[Attrs, 
 }
 
 // gcsAttrs converts the client's attributes.
-func gcsAttrs(oa *storage.ObjectAttrs) Attrs {
-	return Attrs{
-		Object:    Object{Bucket: oa.Bucket, Name: oa.Name, Generation: oa.Generation},
+func gcsAttrs(oa *storage.ObjectAttrs) object.Attrs {
+	return object.Attrs{
+		Object:    object.Object{Bucket: oa.Bucket, Name: oa.Name, Generation: oa.Generation},
 		Size:      oa.Size,
 		CRC32C:    oa.CRC32C,
 		HasCRC32C: true, // GCS keeps a CRC32C for every object
@@ -262,10 +263,10 @@ func gcsAttrs(oa *storage.ObjectAttrs) Attrs {
 
 // NewRangeReader reads n bytes at off of o, pinned to o.Generation when it
 // is non-zero. If that generation no longer exists the error is
-// ErrGenerationChanged and ErrNotFound; other HTTP errors stay reachable as
+// object.ErrGenerationChanged and object.ErrNotFound; other HTTP errors stay reachable as
 // *googleapi.Error through errors.As. n == 0 returns an empty reader without
 // a request.
-func (g *GCS) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+func (g *GCS) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	if err := checkGCSObject(o.Bucket, o.Name); err != nil {
 		return nil, fmt.Errorf("read %s: %w", o, err)
 	}
@@ -282,7 +283,7 @@ func (g *GCS) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.Re
 	}
 	if gen := r.Attrs.Generation; o.Generation != 0 && gen != 0 && gen != o.Generation {
 		r.Close()
-		return nil, fmt.Errorf("read %s: served generation %d: %w", o, gen, ErrGenerationChanged)
+		return nil, fmt.Errorf("read %s: served generation %d: %w", o, gen, object.ErrGenerationChanged)
 	}
 	return &gcsReader{r: r, o: o}, nil
 }
@@ -290,7 +291,7 @@ func (g *GCS) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.Re
 // gcsReader maps the errors of a storage.Reader.
 type gcsReader struct {
 	r *storage.Reader
-	o Object
+	o object.Object
 }
 
 func (r *gcsReader) Read(p []byte) (int, error) {
@@ -303,20 +304,20 @@ func (r *gcsReader) Read(p []byte) (int, error) {
 
 func (r *gcsReader) Close() error { return r.r.Close() }
 
-// mapNotFound adds ErrNotFound to the client's not-exist errors.
+// mapNotFound adds object.ErrNotFound to the client's not-exist errors.
 func mapNotFound(err error) error {
 	if errors.Is(err, storage.ErrObjectNotExist) || errors.Is(err, storage.ErrBucketNotExist) {
-		return fmt.Errorf("%w: %w", ErrNotFound, err)
+		return fmt.Errorf("%w: %w", object.ErrNotFound, err)
 	}
 	return err
 }
 
 // mapRangeErr is mapNotFound for reads: a pinned generation that is gone
-// was replaced or deleted, so it is also ErrGenerationChanged.
-func mapRangeErr(o Object, err error) error {
+// was replaced or deleted, so it is also object.ErrGenerationChanged.
+func mapRangeErr(o object.Object, err error) error {
 	err = mapNotFound(err)
-	if o.Generation != 0 && errors.Is(err, ErrNotFound) {
-		return fmt.Errorf("%w: %w", ErrGenerationChanged, err)
+	if o.Generation != 0 && errors.Is(err, object.ErrNotFound) {
+		return fmt.Errorf("%w: %w", object.ErrGenerationChanged, err)
 	}
 	return err
 }

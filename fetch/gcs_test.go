@@ -14,6 +14,7 @@ import (
 	"google.golang.org/api/googleapi"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestCheckGCSObject(t *testing.T) {
@@ -58,7 +59,7 @@ func TestCheckGCSObject(t *testing.T) {
 		{strings.Repeat("a", 64) + ".com", "x"},
 	}
 	for _, tc := range invalid {
-		if err := checkGCSObject(tc.bucket, tc.name); !errors.Is(err, ErrInvalidName) {
+		if err := checkGCSObject(tc.bucket, tc.name); !errors.Is(err, object.ErrInvalidName) {
 			t.Errorf("checkGCSObject(%q, %.40q) = %v; want ErrInvalidName", tc.bucket, tc.name, err)
 		}
 	}
@@ -92,7 +93,7 @@ func TestGCSStatListRead(t *testing.T) {
 	for i, n := range names {
 		data[n] = emulator.Pattern(uint64(i), 1000+i)
 		a := putObject(t, s, g, "bkt", n, data[n])
-		want := withCRC(Attrs{Object: Object{"bkt", n, a.Generation}, Size: int64(len(data[n]))}, data[n])
+		want := withCRC(object.Attrs{Object: object.Object{Bucket: "bkt", Name: n, Generation: a.Generation}, Size: int64(len(data[n]))}, data[n])
 		if a.Object != want.Object || a.Size != want.Size || a.CRC32C != want.CRC32C || !a.HasCRC32C || a.Updated.IsZero() {
 			t.Errorf("Stat(%q) = %+v; want %+v", n, a, want)
 		}
@@ -127,7 +128,7 @@ func TestGCSStatListRead(t *testing.T) {
 		t.Errorf("List(prefix a) = %q; want %q", prefixed, want)
 	}
 	for _, err := range g.List(ctx, "nobucket", "") {
-		if !errors.Is(err, ErrNotFound) {
+		if !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("List(missing bucket) error = %v; want ErrNotFound", err)
 		}
 	}
@@ -145,17 +146,17 @@ func TestGCSNotFoundAndInvalid(t *testing.T) {
 	s := startEmulator(t, emulator.Options{Buckets: []string{"bkt"}})
 	g := newTestGCS(t, s.Endpoint())
 	ctx := context.Background()
-	for _, o := range []Object{{Bucket: "bkt", Name: "missing"}, {Bucket: "nobucket", Name: "x"}} {
-		if _, err := g.Stat(ctx, o); !errors.Is(err, ErrNotFound) {
+	for _, o := range []object.Object{{Bucket: "bkt", Name: "missing"}, {Bucket: "nobucket", Name: "x"}} {
+		if _, err := g.Stat(ctx, o); !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("Stat(%v) error = %v; want ErrNotFound", o, err)
 		}
 	}
 	before := s.MediaGETs()
-	for _, o := range []Object{{Bucket: "bkt", Name: "."}, {Bucket: "bkt", Name: ".."}, {Bucket: "BKT", Name: "x"}} {
-		if _, err := g.Stat(ctx, o); !errors.Is(err, ErrInvalidName) {
+	for _, o := range []object.Object{{Bucket: "bkt", Name: "."}, {Bucket: "bkt", Name: ".."}, {Bucket: "BKT", Name: "x"}} {
+		if _, err := g.Stat(ctx, o); !errors.Is(err, object.ErrInvalidName) {
 			t.Errorf("Stat(%q) error = %v; want ErrInvalidName", o.Name, err)
 		}
-		if _, err := g.NewRangeReader(ctx, o, 0, 1); !errors.Is(err, ErrInvalidName) {
+		if _, err := g.NewRangeReader(ctx, o, 0, 1); !errors.Is(err, object.ErrInvalidName) {
 			t.Errorf("NewRangeReader(%q) error = %v; want ErrInvalidName", o.Name, err)
 		}
 	}
@@ -196,10 +197,10 @@ func TestGCSGenerationPinning(t *testing.T) {
 			}
 			continue
 		}
-		if !errors.Is(err, ErrGenerationChanged) || !errors.Is(err, ErrNotFound) {
-			t.Errorf("plain: read of a replaced generation error = %v; want ErrGenerationChanged and ErrNotFound", err)
+		if !errors.Is(err, object.ErrGenerationChanged) || !errors.Is(err, object.ErrNotFound) {
+			t.Errorf("plain: read of a replaced generation error = %v; want object.ErrGenerationChanged and ErrNotFound", err)
 		}
-		if _, err := g.Stat(ctx, a1.Object); !errors.Is(err, ErrNotFound) {
+		if _, err := g.Stat(ctx, a1.Object); !errors.Is(err, object.ErrNotFound) {
 			t.Errorf("plain: Stat(replaced generation) error = %v; want ErrNotFound", err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // fastConfig is a Config with test-speed backoffs.
@@ -27,7 +28,7 @@ func fastConfig() Config {
 	}
 }
 
-func newDownloader(t testing.TB, src Source, cfg Config) *Downloader {
+func newDownloader(t testing.TB, src object.Source, cfg Config) *Downloader {
 	t.Helper()
 	d, err := NewDownloader(src, cfg)
 	if err != nil {
@@ -48,7 +49,7 @@ func tempDst(t testing.TB) *os.File {
 }
 
 // fetchFile fetches a into a fresh file and returns its contents.
-func fetchFile(t testing.TB, d *Downloader, a Attrs, u *Urgency) ([]byte, error) {
+func fetchFile(t testing.TB, d *Downloader, a object.Attrs, u *object.Urgency) ([]byte, error) {
 	t.Helper()
 	f := tempDst(t)
 	err := d.Fetch(context.Background(), a, f, u)
@@ -73,7 +74,7 @@ func checkBytes(t testing.TB, what string, got, want []byte) {
 }
 
 // withCRC returns a with the CRC32C of data, as GCS would supply.
-func withCRC(a Attrs, data []byte) Attrs {
+func withCRC(a object.Attrs, data []byte) object.Attrs {
 	a.CRC32C, a.HasCRC32C = crc32.Checksum(data, castagnoli), true
 	return a
 }
@@ -96,16 +97,16 @@ func checkNoFetchGoroutines(t testing.TB) {
 // gatedSource wraps a Source: every NewRangeReader reports itself on opened
 // and then waits for a token on gate (or ctx's end).
 type gatedSource struct {
-	Source
-	opened chan Object
+	object.Source
+	opened chan object.Object
 	gate   chan struct{}
 }
 
-func newGatedSource(src Source) *gatedSource {
-	return &gatedSource{Source: src, opened: make(chan Object, 100), gate: make(chan struct{})}
+func newGatedSource(src object.Source) *gatedSource {
+	return &gatedSource{Source: src, opened: make(chan object.Object, 100), gate: make(chan struct{})}
 }
 
-func (g *gatedSource) NewRangeReader(ctx context.Context, o Object, off, n int64) (io.ReadCloser, error) {
+func (g *gatedSource) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	g.opened <- o
 	select {
 	case <-g.gate:
@@ -156,12 +157,12 @@ func newTestGCS(t testing.TB, endpoint string) *GCS {
 }
 
 // putObject stores data as bucket/name and returns its attributes from Stat.
-func putObject(t testing.TB, s *emulator.Server, g *GCS, bucket, name string, data []byte) Attrs {
+func putObject(t testing.TB, s *emulator.Server, g *GCS, bucket, name string, data []byte) object.Attrs {
 	t.Helper()
 	if _, err := s.Put(bucket, name, data); err != nil {
 		t.Fatalf("Put(%s/%s): %v", bucket, name, err)
 	}
-	a, err := g.Stat(context.Background(), Object{Bucket: bucket, Name: name})
+	a, err := g.Stat(context.Background(), object.Object{Bucket: bucket, Name: name})
 	if err != nil {
 		t.Fatalf("Stat(%s/%s): %v", bucket, name, err)
 	}

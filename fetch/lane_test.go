@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -15,7 +16,7 @@ import (
 type laneEnv struct {
 	src        *gatedSource
 	d          *Downloader
-	big, small Attrs
+	big, small object.Attrs
 	bigData    []byte
 	smallData  []byte
 }
@@ -26,8 +27,8 @@ func newLaneEnv(t *testing.T, cfg Config) *laneEnv {
 	e := &laneEnv{bigData: emulator.Pattern(1, 3<<20), smallData: emulator.Pattern(2, 16<<10)}
 	writeFile(t, root, "b/big", e.bigData, t0)
 	writeFile(t, root, "b/small", e.smallData, t0)
-	stat := func(name string, data []byte) Attrs {
-		a, err := dir.Stat(context.Background(), Object{Bucket: "b", Name: name})
+	stat := func(name string, data []byte) object.Attrs {
+		a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: name})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,7 @@ func newLaneEnv(t *testing.T, cfg Config) *laneEnv {
 }
 
 // fetchAsync starts a Fetch of a and returns its contents and error.
-func (e *laneEnv) fetchAsync(t *testing.T, a Attrs) (<-chan []byte, <-chan error) {
+func (e *laneEnv) fetchAsync(t *testing.T, a object.Attrs) (<-chan []byte, <-chan error) {
 	got := make(chan []byte, 1)
 	errc := async(t, func() error {
 		b, err := fetchFile(t, e.d, a, nil)

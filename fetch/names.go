@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // GCS naming rules (https://cloud.google.com/storage/docs/objects#naming and
@@ -18,7 +20,7 @@ import (
 // maxObjectName is the longest object name, in UTF-8 bytes.
 const maxObjectName = 1024
 
-// checkGCSObject returns ErrInvalidName, wrapped with the reason, if GCS
+// checkGCSObject returns object.ErrInvalidName, wrapped with the reason, if GCS
 // would refuse bucket or name.
 func checkGCSObject(bucket, name string) error {
 	if err := checkGCSBucket(bucket); err != nil {
@@ -37,10 +39,10 @@ func checkGCSObject(bucket, name string) error {
 	default:
 		return nil
 	}
-	return fmt.Errorf("object name %.64q: %s: %w", name, why, ErrInvalidName)
+	return fmt.Errorf("object name %.64q: %s: %w", name, why, object.ErrInvalidName)
 }
 
-// checkGCSBucket returns ErrInvalidName if bucket breaks GCS's bucket naming
+// checkGCSBucket returns object.ErrInvalidName if bucket breaks GCS's bucket naming
 // rules: 3–63 characters (up to 222 if dotted, each dot-separated part at
 // most 63), only lower-case letters, digits, '-', '_' and '.', starting and
 // ending with a letter or digit. (The rules on IP-address-like and
@@ -70,7 +72,7 @@ func checkGCSBucket(bucket string) error {
 	if why == "" {
 		return nil
 	}
-	return fmt.Errorf("bucket name %.64q: %s: %w", bucket, why, ErrInvalidName)
+	return fmt.Errorf("bucket name %.64q: %s: %w", bucket, why, object.ErrInvalidName)
 }
 
 // isAlnum reports whether c is a lower-case ASCII letter or a digit.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/wait"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // slice is one range of an object and how much of it is in dst. The
@@ -85,8 +86,8 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 			d.stats.stalls.Add(1)
 		}
 		switch {
-		case errors.Is(err, ErrNotFound) && !errors.Is(err, ErrGenerationChanged):
-			return fmt.Errorf("%s: %w: %w", s, ErrGenerationChanged, err)
+		case errors.Is(err, object.ErrNotFound) && !errors.Is(err, object.ErrGenerationChanged):
+			return fmt.Errorf("%s: %w: %w", s, object.ErrGenerationChanged, err)
 		case !retry:
 			return fmt.Errorf("%s: %w", s, err)
 		case failures >= d.cfg.MaxAttempts:
@@ -108,7 +109,7 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 // readRange makes one attempt at the missing tail of s, advancing s.done and
 // s.crcs as bytes are written. A stall watchdog cancels the attempt if no
 // bytes arrive for Config.StallTimeout.
-func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.WriterAt) (err error) {
+func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, dst io.WriterAt) (err error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	progress, stop := make(chan struct{}, 1), make(chan struct{})
@@ -187,7 +188,7 @@ func (d *Downloader) readRange(ctx context.Context, o Object, s *slice, dst io.W
 		}
 		switch {
 		case rerr == io.EOF && done < n:
-			return fmt.Errorf("%w: got %d of %d bytes", ErrShortRead, done, n)
+			return fmt.Errorf("%w: got %d of %d bytes", object.ErrShortRead, done, n)
 		case rerr == io.EOF:
 			return nil
 		case rerr != nil:

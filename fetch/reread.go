@@ -13,11 +13,11 @@ func withReread(ctx context.Context) context.Context {
 
 // Reread reports whether ctx is the context of a range read made by a
 // round after a CRC32C mismatch (the second and later rounds of
-// Config.ChecksumAttempts). A Source that may read from a copy less
+// Config.ChecksumAttempts). An object.Source that may read from a copy less
 // trusted than the origin, such as another agent's cache, should read from
 // the origin under such a context: a copy that served wrong bytes once
 // likely serves the same bytes again, and two reads returning the same
-// wrong bytes end the download with ErrChecksum at once.
+// wrong bytes end the download with object.ErrChecksum at once.
 func Reread(ctx context.Context) bool {
 	v, _ := ctx.Value(rereadKey{}).(bool)
 	return v

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"google.golang.org/api/googleapi"
 )
 
@@ -26,7 +27,7 @@ const (
 	// CauseNetwork is a transport failure: connection reset or refused,
 	// unexpected EOF, a network timeout.
 	CauseNetwork
-	// CauseShortRead is a body that ended cleanly but early (ErrShortRead).
+	// CauseShortRead is a body that ended cleanly but early (object.ErrShortRead).
 	CauseShortRead
 	// CauseStall is a range that delivered no bytes for Config.StallTimeout.
 	CauseStall
@@ -75,10 +76,10 @@ func classify(parent context.Context, err error) (RetryCause, bool) {
 		return CauseStall, true
 	}
 	switch {
-	case errors.Is(err, ErrShortRead):
+	case errors.Is(err, object.ErrShortRead):
 		return CauseShortRead, true
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrGenerationChanged),
-		errors.Is(err, ErrInvalidName), errors.Is(err, errOverlong):
+	case errors.Is(err, object.ErrNotFound), errors.Is(err, object.ErrGenerationChanged),
+		errors.Is(err, object.ErrInvalidName), errors.Is(err, errOverlong):
 		return 0, false
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Not ours (the parent is live, the watchdog did not fire): a

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"google.golang.org/api/googleapi"
 )
 
@@ -32,11 +33,11 @@ func TestClassify(t *testing.T) {
 		{"403", wrap(&googleapi.Error{Code: 403}), 0, false},
 		{"404", &googleapi.Error{Code: 404}, 0, false},
 		{"416", &googleapi.Error{Code: 416}, 0, false},
-		{"not found", wrap(ErrNotFound), 0, false},
-		{"generation", wrap(ErrGenerationChanged), 0, false},
-		{"invalid name", wrap(ErrInvalidName), 0, false},
+		{"not found", wrap(object.ErrNotFound), 0, false},
+		{"generation", wrap(object.ErrGenerationChanged), 0, false},
+		{"invalid name", wrap(object.ErrInvalidName), 0, false},
 		{"overlong", errOverlong, 0, false},
-		{"short read", wrap(fmt.Errorf("%w: got 1 of 2 bytes", ErrShortRead)), CauseShortRead, true},
+		{"short read", wrap(fmt.Errorf("%w: got 1 of 2 bytes", object.ErrShortRead)), CauseShortRead, true},
 		{"stall", fmt.Errorf("%w: %w", errStalled, context.Canceled), CauseStall, true},
 		{"unexpected EOF", wrap(io.ErrUnexpectedEOF), CauseNetwork, true},
 		{"reset", wrap(&net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}), CauseNetwork, true},

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // connSem is the process-wide connection budget: a counting semaphore whose
@@ -11,8 +13,8 @@ import (
 //
 // golang.org/x/sync/semaphore.Weighted grants strictly FIFO and has no notion
 // of priority, so a demand read would queue behind every warm prefetch; hence
-// this one. A waiter's priority is read from its Urgency at grant time, not
-// at enqueue time, so raising a download's Urgency while it waits takes
+// this one. A waiter's priority is read from its object.Urgency at grant time, not
+// at enqueue time, so raising a download's object.Urgency while it waits takes
 // effect at the next grant. Among waiters of equal level the one with the
 // lowest order (the download that started first) wins, then the one that
 // queued first.
@@ -37,7 +39,7 @@ type connSem struct {
 
 // semWaiter is one queued Acquire.
 type semWaiter struct {
-	u     *Urgency
+	u     *object.Urgency
 	order uint64        // the download's start ticket: FIFO by download
 	seq   uint64        // enqueue order: FIFO within a download
 	ready chan struct{} // closed when granted
@@ -58,7 +60,7 @@ func newConnSem(limit int) (*connSem, error) {
 
 // acquire takes one slot, waiting while none is free. It returns ctx's error,
 // holding nothing, if ctx ends first.
-func (s *connSem) acquire(ctx context.Context, u *Urgency, order uint64) error {
+func (s *connSem) acquire(ctx context.Context, u *object.Urgency, order uint64) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -71,7 +73,7 @@ func (s *connSem) acquire(ctx context.Context, u *Urgency, order uint64) error {
 
 // enqueue takes a free slot and returns nil, or queues and returns a waiter
 // to pass to wait.
-func (s *connSem) enqueue(u *Urgency, order uint64) *semWaiter {
+func (s *connSem) enqueue(u *object.Urgency, order uint64) *semWaiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.used < s.limit {

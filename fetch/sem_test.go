@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func mustSem(t *testing.T, limit int) *connSem {
@@ -42,27 +44,27 @@ func TestSemInvalidLimit(t *testing.T) {
 
 func TestSemGrantOrder(t *testing.T) {
 	s := mustSem(t, 1)
-	if w := s.enqueue(NewUrgency(Warm), 0); w != nil {
+	if w := s.enqueue(object.NewUrgency(object.Warm), 0); w != nil {
 		t.Fatal("first enqueue queued; want the free slot")
 	}
 	// Queued in this order; served by level, then download order, then seq.
 	type q struct {
 		name  string
-		level Priority
+		level object.Priority
 		order uint64
 	}
 	queued := []q{
-		{"warm-1", Warm, 1},
-		{"warm-2", Warm, 2},
-		{"warm-1b", Warm, 1}, // a second slice of download 1, queued later
-		{"demand-5", Demand, 5},
-		{"plan-4", Plan, 4},
-		{"demand-3", Demand, 3},
+		{"warm-1", object.Warm, 1},
+		{"warm-2", object.Warm, 2},
+		{"warm-1b", object.Warm, 1}, // a second slice of download 1, queued later
+		{"demand-5", object.Demand, 5},
+		{"plan-4", object.Plan, 4},
+		{"demand-3", object.Demand, 3},
 	}
 	want := []string{"demand-3", "demand-5", "plan-4", "warm-1", "warm-1b", "warm-2"}
 	ws := map[string]*semWaiter{}
 	for _, e := range queued {
-		w := s.enqueue(NewUrgency(e.level), e.order)
+		w := s.enqueue(object.NewUrgency(e.level), e.order)
 		if w == nil {
 			t.Fatalf("enqueue(%s) took a slot; want queued", e.name)
 		}
@@ -89,22 +91,22 @@ func TestSemGrantOrder(t *testing.T) {
 
 func TestSemRaiseWhileWaiting(t *testing.T) {
 	s := mustSem(t, 1)
-	s.enqueue(NewUrgency(Warm), 0)
-	early := s.enqueue(NewUrgency(Warm), 1)
-	u := NewUrgency(Warm)
+	s.enqueue(object.NewUrgency(object.Warm), 0)
+	early := s.enqueue(object.NewUrgency(object.Warm), 1)
+	u := object.NewUrgency(object.Warm)
 	late := s.enqueue(u, 2)
-	u.Raise(Demand)
+	u.Raise(object.Demand)
 	s.release()
 	if !isReady(late) || isReady(early) {
-		t.Fatalf("after Raise(Demand): late granted = %v, early granted = %v; want true, false",
+		t.Fatalf("after Raise(object.Demand): late granted = %v, early granted = %v; want true, false",
 			isReady(late), isReady(early))
 	}
 }
 
 func TestSemCancelWhileQueued(t *testing.T) {
 	s := mustSem(t, 1)
-	s.enqueue(NewUrgency(Warm), 0)
-	w := s.enqueue(NewUrgency(Demand), 1)
+	s.enqueue(object.NewUrgency(object.Warm), 0)
+	w := s.enqueue(object.NewUrgency(object.Demand), 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.wait(ctx, w); !errors.Is(err, context.Canceled) {
@@ -124,9 +126,9 @@ func TestSemCancelWhileQueued(t *testing.T) {
 func TestSemCancelAfterGrant(t *testing.T) {
 	for range 50 {
 		s := mustSem(t, 1)
-		s.enqueue(NewUrgency(Warm), 0)
-		w := s.enqueue(NewUrgency(Warm), 1)
-		next := s.enqueue(NewUrgency(Warm), 2)
+		s.enqueue(object.NewUrgency(object.Warm), 0)
+		w := s.enqueue(object.NewUrgency(object.Warm), 1)
+		next := s.enqueue(object.NewUrgency(object.Warm), 2)
 		s.release() // grants w
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -145,9 +147,9 @@ func TestSemCancelAfterGrant(t *testing.T) {
 
 func TestSemSetLimit(t *testing.T) {
 	s := mustSem(t, 1)
-	s.enqueue(NewUrgency(Warm), 0)
-	a := s.enqueue(NewUrgency(Warm), 1)
-	b := s.enqueue(NewUrgency(Warm), 2)
+	s.enqueue(object.NewUrgency(object.Warm), 0)
+	a := s.enqueue(object.NewUrgency(object.Warm), 1)
+	b := s.enqueue(object.NewUrgency(object.Warm), 2)
 	if err := s.setLimit(3); err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +159,7 @@ func TestSemSetLimit(t *testing.T) {
 	if err := s.setLimit(1); err != nil {
 		t.Fatal(err)
 	}
-	c := s.enqueue(NewUrgency(Demand), 3)
+	c := s.enqueue(object.NewUrgency(object.Demand), 3)
 	if c == nil {
 		t.Fatal("enqueue after shrinking to 1 with 3 held took a slot")
 	}
@@ -178,7 +180,7 @@ func TestSemAcquireBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := mustSem(t, 1)
 		ctx := context.Background()
-		if err := s.acquire(ctx, NewUrgency(Warm), 0); err != nil {
+		if err := s.acquire(ctx, object.NewUrgency(object.Warm), 0); err != nil {
 			t.Fatal(err)
 		}
 		var order []string
@@ -186,10 +188,10 @@ func TestSemAcquireBlocks(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, e := range []struct {
 			name string
-			p    Priority
-		}{{"warm", Warm}, {"demand", Demand}} {
+			p    object.Priority
+		}{{"warm", object.Warm}, {"demand", object.Demand}} {
 			wg.Go(func() {
-				if err := s.acquire(ctx, NewUrgency(e.p), 1); err != nil {
+				if err := s.acquire(ctx, object.NewUrgency(e.p), 1); err != nil {
 					t.Error(err)
 					return
 				}
@@ -227,7 +229,7 @@ func TestSemTryAcquire(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			if err := s.acquire(context.Background(), NewUrgency(Warm), 0); err != nil {
+			if err := s.acquire(context.Background(), object.NewUrgency(object.Warm), 0); err != nil {
 				t.Error(err)
 			}
 		})
@@ -260,14 +262,14 @@ func TestSemStress(t *testing.T) {
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(g), 1))
 			for i := range rounds {
-				u := NewUrgency(Priority(r.IntN(3)))
+				u := object.NewUrgency(object.Priority(r.IntN(3)))
 				ctx, cancel := context.WithCancel(context.Background())
 				if r.IntN(8) == 0 {
 					cancel()
 				}
 				w := s.enqueue(u, uint64(g*rounds+i))
 				if r.IntN(4) == 0 {
-					u.Raise(Demand)
+					u.Raise(object.Demand)
 				}
 				var err error
 				if w != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // A connection that frees up while nothing waits for one would idle until
@@ -36,9 +38,9 @@ const (
 // download is one fetchOnce in flight: what its slices, and the ranges
 // split off them, share.
 type download struct {
-	o     Object
+	o     object.Object
 	dst   io.WriterAt
-	u     *Urgency
+	u     *object.Urgency
 	order uint64
 	sem   *connSem // the lane its ranges hold slots of
 	ctx   context.Context

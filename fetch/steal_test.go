@@ -9,13 +9,14 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // stealEnv is a shaped emulator holding a large and a small object, and a
 // two-connection Downloader whose slices hold either object whole.
 type stealEnv struct {
 	d          *Downloader
-	big, small Attrs
+	big, small object.Attrs
 	bigData    []byte
 	smallData  []byte
 	ranges     *recorder[string]

@@ -6,9 +6,9 @@ import (
 	"hash/fnv"
 	"slices"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Dataset is what a Loader reads: a list of groups (shards), each a set of
@@ -39,7 +39,7 @@ type Dataset struct {
 type Group struct {
 	// Objects holds one object per name, index-aligned with Dataset.Names.
 	// A non-zero Generation pins the object's version.
-	Objects []fetch.Object
+	Objects []object.Object
 	// Rows is the leading dimension shared by the group's arrays; 0 means
 	// unknown until Resolve reads the headers. For a token dataset it is
 	// derived from the token counts (the windows starting in the shard).

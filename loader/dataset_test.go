@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // writeFile writes data as gs://b/name in the env's source.
@@ -174,18 +174,18 @@ func TestManifestMissingShard(t *testing.T) {
 	ctx := context.Background()
 	r := e.dataset(t)
 	miss := r
-	miss.Groups = append(slices.Clone(r.Groups), Group{Rows: 2, Objects: []fetch.Object{
+	miss.Groups = append(slices.Clone(r.Groups), Group{Rows: 2, Objects: []object.Object{
 		{Bucket: testBucket, Name: "train/gone.x.npy"}, {Bucket: testBucket, Name: "train/gone.y.npy"}}})
 	l := e.open(t, Config{Dataset: miss, BatchSize: 3, Shuffle: 2})
-	if nerr := firstError(l); !errors.Is(nerr, fetch.ErrNotFound) {
-		t.Errorf("missing shard: %v; want fetch.ErrNotFound", nerr)
+	if nerr := firstError(l); !errors.Is(nerr, object.ErrNotFound) {
+		t.Errorf("missing shard: %v; want object.ErrNotFound", nerr)
 	}
 	if _, err := miss.Resolve(ctx, e.src); err != nil {
 		t.Errorf("Resolve reads only shards of unknown rows: %v", err)
 	}
 	miss.Groups[2].Rows = 0
-	if _, err := miss.Resolve(ctx, e.src); !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("Resolve of a missing shard: %v; want fetch.ErrNotFound", err)
+	if _, err := miss.Resolve(ctx, e.src); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Resolve of a missing shard: %v; want object.ErrNotFound", err)
 	}
 }
 

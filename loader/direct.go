@@ -6,20 +6,20 @@ import (
 	"io"
 	"sync/atomic"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Direct returns a Source that reads every acquired object whole from src
 // into memory with one stream, on every Acquire, and caches nothing: what a
 // loader without a cache does, and the baseline the benchmarks and the demo
 // compare the cache against. Bytes counts what it has read.
-func Direct(src fetch.Source) *DirectSource { return &DirectSource{src: src} }
+func Direct(src object.Source) *DirectSource { return &DirectSource{src: src} }
 
 // DirectSource is the Source made by Direct. It is safe for concurrent use.
 type DirectSource struct {
-	src   fetch.Source
+	src   object.Source
 	bytes atomic.Int64
 }
 
@@ -27,7 +27,7 @@ type DirectSource struct {
 func (d *DirectSource) Bytes() int64 { return d.bytes.Load() }
 
 // Acquire implements Source: it stats o, reads it whole and parses it.
-func (d *DirectSource) Acquire(ctx context.Context, o fetch.Object) (Lease, error) {
+func (d *DirectSource) Acquire(ctx context.Context, o object.Object) (Lease, error) {
 	a, err := d.src.Stat(ctx, o)
 	if err != nil {
 		return nil, fmt.Errorf("loader: direct read: %w", err)

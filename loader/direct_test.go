@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/synth"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestDirectReadsEveryShardEachEpoch(t *testing.T) {
@@ -37,8 +37,8 @@ func TestDirectReadsEveryShardEachEpoch(t *testing.T) {
 
 func TestDirectMissingObject(t *testing.T) {
 	e := newEnv(t, synth.Dataset{Rows: []int{4}, RowBytes: 8})
-	_, err := Direct(e.src).Acquire(context.Background(), fetch.Object{Bucket: testBucket, Name: "train/nope.npy"})
-	if !errors.Is(err, fetch.ErrNotFound) {
+	_, err := Direct(e.src).Acquire(context.Background(), object.Object{Bucket: testBucket, Name: "train/nope.npy"})
+	if !errors.Is(err, object.ErrNotFound) {
 		t.Fatalf("Acquire of a missing object: %v, want ErrNotFound", err)
 	}
 }

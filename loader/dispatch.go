@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // dispatcher runs the sampler: it fills batch slots with samples, tracks
@@ -273,7 +273,7 @@ func (d *dispatcher) announce(ctx context.Context) {
 	t.mu.Unlock()
 	d.planBase = d.seq
 	d.planPos = d.planPos[:0]
-	objs := make([]fetch.Object, 0, len(shards)*len(d.l.ds.Names))
+	objs := make([]object.Object, 0, len(shards)*len(d.l.ds.Names))
 	for _, g := range shards {
 		d.planPos = append(d.planPos, len(objs))
 		objs = append(objs, d.l.openObjects(g)...)

@@ -125,5 +125,5 @@
 //
 // Conditions callers test: ErrDataset, ErrManifest, ErrPattern, ErrConfig,
 // ErrResume, ErrClosed, ErrHeld, io.EOF from Next, and the Source's errors
-// (fetch.ErrNotFound for a missing shard), all wrapped with details.
+// (object.ErrNotFound for a missing shard), all wrapped with details.
 package loader

@@ -8,11 +8,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // group is one opening of a shard: its leases and arrays while in use. The
@@ -296,7 +296,7 @@ func populate(ls Lease, data []byte) {
 
 // check verifies that array a, the object o of name j in shard gi, is what
 // the dataset says.
-func (l *Loader) check(gi, j int, o fetch.Object, a array.Array) error {
+func (l *Loader) check(gi, j int, o object.Object, a array.Array) error {
 	if err := checkLayout(a.Shape, a.Order); err != nil {
 		return fmt.Errorf("shard %d array %s (%s): %w", gi, l.ds.Names[j], o, err)
 	}

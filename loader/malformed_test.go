@@ -14,6 +14,7 @@ import (
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/megatron"
 	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -33,14 +34,14 @@ func TestMalformedShards(t *testing.T) {
 	c := cachetest.Cache(t, src, cachetest.NewDownloader(t, src), tier.Config{})
 	store := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
 	cachetest.CloseAtEnd(t, "Store", store, mmapstore.ErrClosed)
-	put := func(t *testing.T, prefix string, files map[string][]byte) map[string]fetch.Object {
-		objs := make(map[string]fetch.Object)
+	put := func(t *testing.T, prefix string, files map[string][]byte) map[string]object.Object {
+		objs := make(map[string]object.Object)
 		for n, b := range files {
 			gen, err := emu.Put(emuBucket, prefix+n, b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			objs[n] = fetch.Object{Bucket: emuBucket, Name: prefix + n, Generation: gen}
+			objs[n] = object.Object{Bucket: emuBucket, Name: prefix + n, Generation: gen}
 		}
 		return objs
 	}

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // manifestRows is the key of a shard's row count in a manifest.
@@ -63,7 +63,7 @@ func ParseManifest(b []byte) (Dataset, error) {
 
 // parseShard parses one shard object of a manifest.
 func parseShard(names []string, sh map[string]json.RawMessage) (Group, error) {
-	g := Group{Objects: make([]fetch.Object, len(names))}
+	g := Group{Objects: make([]object.Object, len(names))}
 	for k, v := range sh {
 		if k == manifestRows {
 			if err := json.Unmarshal(v, &g.Rows); err != nil || g.Rows < 0 {
@@ -84,7 +84,7 @@ func parseShard(names []string, sh map[string]json.RawMessage) (Group, error) {
 		if err := json.Unmarshal(v, &uri); err != nil {
 			return Group{}, fmt.Errorf("array %s: want a gs:// URI string: %w", k, err)
 		}
-		o, err := fetch.ParseObject(uri)
+		o, err := object.ParseObject(uri)
 		if err != nil {
 			return Group{}, fmt.Errorf("array %s: %w", k, err)
 		}

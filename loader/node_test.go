@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestNodeMode runs every rank of a world of 2 nodes × 2 ranks in the node
@@ -61,7 +61,7 @@ func TestNodeMode(t *testing.T) {
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
-			mine := map[fetch.Object]bool{}
+			mine := map[object.Object]bool{}
 			for _, g := range parts[node] {
 				for _, o := range l.ds.Groups[g].Objects {
 					mine[o] = true

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // DefaultArrayName names the one array of a pattern without braces.
@@ -29,7 +29,7 @@ const DefaultArrayName = "data"
 // a shard with different leading dimensions, and arrays that differ in
 // element type or row shape between shards are errors wrapping ErrDataset;
 // a malformed pattern or one matching nothing wraps ErrPattern.
-func FromPattern(ctx context.Context, src fetch.Source, bucket, prefix, pattern string) (Dataset, error) {
+func FromPattern(ctx context.Context, src object.Source, bucket, prefix, pattern string) (Dataset, error) {
 	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
 	if err != nil {
 		return Dataset{}, err
@@ -47,13 +47,13 @@ func FromPattern(ctx context.Context, src fetch.Source, bucket, prefix, pattern 
 
 // listShards lists the objects matching pattern and groups them into
 // shards, in order, and returns the listed attributes.
-func listShards(ctx context.Context, src fetch.Source, bucket, prefix, pattern string) (Dataset, map[fetch.Object]fetch.Attrs, error) {
+func listShards(ctx context.Context, src object.Source, bucket, prefix, pattern string) (Dataset, map[object.Object]object.Attrs, error) {
 	re, names, err := compilePattern(pattern)
 	if err != nil {
 		return Dataset{}, nil, err
 	}
-	shards := make(map[string][]fetch.Attrs)
-	listed := make(map[fetch.Object]fetch.Attrs)
+	shards := make(map[string][]object.Attrs)
+	listed := make(map[object.Object]object.Attrs)
 	for a, err := range src.List(ctx, bucket, prefix) {
 		if err != nil {
 			return Dataset{}, nil, fmt.Errorf("loader: list gs://%s/%s: %w", bucket, prefix, err)
@@ -67,7 +67,7 @@ func listShards(ctx context.Context, src fetch.Source, bucket, prefix, pattern s
 			j = slices.Index(names, m[k])
 		}
 		if shards[key] == nil {
-			shards[key] = make([]fetch.Attrs, len(names))
+			shards[key] = make([]object.Attrs, len(names))
 		}
 		shards[key][j] = a
 		listed[a.Object] = a
@@ -82,7 +82,7 @@ func listShards(ctx context.Context, src fetch.Source, bucket, prefix, pattern s
 	slices.SortFunc(keys, naturalCompare)
 	d := Dataset{Names: names, Groups: make([]Group, len(keys))}
 	for i, k := range keys {
-		objs := make([]fetch.Object, len(names))
+		objs := make([]object.Object, len(names))
 		for j, a := range shards[k] {
 			if a.Name == "" {
 				return Dataset{}, nil, fmt.Errorf("%w: shard %q has no array %s (no object matching %q)",

@@ -15,6 +15,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -22,13 +23,13 @@ import (
 // recordingPlanner is a Planner that records what the Loader tells it.
 type recordingPlanner struct {
 	mu       sync.Mutex
-	plans    [][]fetch.Object
+	plans    [][]object.Object
 	advances [][]int // per plan
 	dropped  []string
 	id       string
 }
 
-func (p *recordingPlanner) Plan(_ context.Context, id string, objs []fetch.Object) error {
+func (p *recordingPlanner) Plan(_ context.Context, id string, objs []object.Object) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.id = id
@@ -97,7 +98,7 @@ type gatedStager struct {
 	release chan struct{}
 }
 
-func (s *gatedStager) Fetch(ctx context.Context, _ []fetch.Object) error {
+func (s *gatedStager) Fetch(ctx context.Context, _ []object.Object) error {
 	select {
 	case <-s.release:
 		return nil
@@ -106,7 +107,7 @@ func (s *gatedStager) Fetch(ctx context.Context, _ []fetch.Object) error {
 	}
 }
 
-func (s *gatedStager) Promote(context.Context, []fetch.Object) error {
+func (s *gatedStager) Promote(context.Context, []object.Object) error {
 	return errors.New("no shm here")
 }
 

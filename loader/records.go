@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // IndexCache keeps WebDataset member indexes (webdataset.Shard's
@@ -23,9 +23,9 @@ import (
 // must be safe for concurrent use.
 type IndexCache interface {
 	// Load returns the saved index of o (a pinned generation), if any.
-	Load(o fetch.Object) ([]byte, bool)
+	Load(o object.Object) ([]byte, bool)
 	// Store saves the index of o.
-	Store(o fetch.Object, b []byte) error
+	Store(o object.Object, b []byte) error
 }
 
 // DirIndex returns an IndexCache of files in dir (created on the first
@@ -37,19 +37,19 @@ func DirIndex(dir string) IndexCache { return dirIndex(dir) }
 type dirIndex string
 
 // path returns the file of o's index.
-func (d dirIndex) path(o fetch.Object) string {
+func (d dirIndex) path(o object.Object) string {
 	h := sha256.Sum256([]byte(o.Bucket + "\x00" + o.Name + "\x00" + strconv.FormatInt(o.Generation, 10)))
 	return filepath.Join(string(d), hex.EncodeToString(h[:16])+".wdsidx")
 }
 
 // Load implements IndexCache.
-func (d dirIndex) Load(o fetch.Object) ([]byte, bool) {
+func (d dirIndex) Load(o object.Object) ([]byte, bool) {
 	b, err := os.ReadFile(d.path(o))
 	return b, err == nil
 }
 
 // Store implements IndexCache: it writes a temporary file and renames it.
-func (d dirIndex) Store(o fetch.Object, b []byte) error {
+func (d dirIndex) Store(o object.Object, b []byte) error {
 	if err := os.MkdirAll(string(d), 0o755); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (d dirIndex) Store(o fetch.Object, b []byte) error {
 // o.Index (validated with webdataset.UnmarshalShard against the listed
 // size; rebuilt if it does not decode) or from scanning the tar acquired
 // through o.Records, and is then saved to o.Index.
-func fromRecords(ctx context.Context, src fetch.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
+func fromRecords(ctx context.Context, src object.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
 	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
 	if err != nil {
 		return Dataset{}, err
@@ -107,7 +107,7 @@ func fromRecords(ctx context.Context, src fetch.Source, bucket, prefix, pattern 
 }
 
 // tarIndex returns the index of the tar a describes.
-func tarIndex(ctx context.Context, a fetch.Attrs, o Options) (*webdataset.Shard, error) {
+func tarIndex(ctx context.Context, a object.Attrs, o Options) (*webdataset.Shard, error) {
 	if o.Index != nil {
 		if b, ok := o.Index.Load(a.Object); ok {
 			if x, err := webdataset.UnmarshalShard(b, a.Size); err == nil {

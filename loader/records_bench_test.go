@@ -16,6 +16,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // mmapSource is a Source that maps files of a fetch.Dir root read-only,
@@ -26,7 +27,7 @@ type mmapSource struct {
 	acquires atomic.Int64
 }
 
-func (m *mmapSource) Acquire(_ context.Context, o fetch.Object) (Lease, error) {
+func (m *mmapSource) Acquire(_ context.Context, o object.Object) (Lease, error) {
 	m.acquires.Add(1)
 	f, err := os.Open(filepath.Join(m.root, o.Bucket, filepath.FromSlash(o.Name)))
 	if err != nil {

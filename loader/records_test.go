@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestRecordsPython reads WebDataset shards Python's tarfile wrote and
@@ -108,7 +108,7 @@ type countingIndex struct {
 	stored atomic.Int32
 }
 
-func (c *countingIndex) Store(o fetch.Object, b []byte) error {
+func (c *countingIndex) Store(o object.Object, b []byte) error {
 	c.stored.Add(1)
 	return c.IndexCache.Store(o, b)
 }

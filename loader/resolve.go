@@ -9,9 +9,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 const (
@@ -32,8 +32,8 @@ const (
 // and element types and row shapes must agree across groups and with any
 // row count given. Groups whose rows were given are checked when the
 // loader opens them. d is not modified. Errors wrap ErrDataset, or the
-// source's errors (fetch.ErrNotFound for a missing shard).
-func (d Dataset) Resolve(ctx context.Context, src fetch.Source) (Dataset, error) {
+// source's errors (object.ErrNotFound for a missing shard).
+func (d Dataset) Resolve(ctx context.Context, src object.Source) (Dataset, error) {
 	if err := d.Validate(); err != nil {
 		return Dataset{}, err
 	}
@@ -53,8 +53,8 @@ func (d Dataset) Resolve(ctx context.Context, src fetch.Source) (Dataset, error)
 
 // readHeaders reads the headers of every object of the groups idx. Objects
 // found in listed are not stat'ed first.
-func readHeaders(ctx context.Context, src fetch.Source, d Dataset, idx []int,
-	listed map[fetch.Object]fetch.Attrs) ([][]npy.Header, error) {
+func readHeaders(ctx context.Context, src object.Source, d Dataset, idx []int,
+	listed map[object.Object]object.Attrs) ([][]npy.Header, error) {
 	hs := make([][]npy.Header, len(idx))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(headerParallelism)
@@ -82,7 +82,7 @@ func readHeaders(ctx context.Context, src fetch.Source, d Dataset, idx []int,
 }
 
 // readHeader reads and checks the .npy header of the object a describes.
-func readHeader(ctx context.Context, src fetch.Source, a fetch.Attrs) (npy.Header, error) {
+func readHeader(ctx context.Context, src object.Source, a object.Attrs) (npy.Header, error) {
 	b, err := readPrefix(ctx, src, a, headerProbe)
 	if err != nil {
 		return npy.Header{}, err
@@ -108,7 +108,7 @@ func readHeader(ctx context.Context, src fetch.Source, a fetch.Attrs) (npy.Heade
 }
 
 // readPrefix reads up to n bytes from the start of a.
-func readPrefix(ctx context.Context, src fetch.Source, a fetch.Attrs, n int64) ([]byte, error) {
+func readPrefix(ctx context.Context, src object.Source, a object.Attrs, n int64) ([]byte, error) {
 	n = min(n, a.Size)
 	r, err := src.NewRangeReader(ctx, a.Object, 0, n)
 	if err != nil {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -16,7 +16,7 @@ import (
 // for concurrent use.
 type Source interface {
 	// Acquire returns a lease on o's array, fetching o first if needed.
-	Acquire(ctx context.Context, o fetch.Object) (Lease, error)
+	Acquire(ctx context.Context, o object.Object) (Lease, error)
 }
 
 // Lease is a loan of one object's array. The array's bytes are valid, and
@@ -35,7 +35,7 @@ func FromStore(s *mmapstore.Store) Source { return storeSource{s} }
 type storeSource struct{ s *mmapstore.Store }
 
 // Acquire implements Source.
-func (ss storeSource) Acquire(ctx context.Context, o fetch.Object) (Lease, error) {
+func (ss storeSource) Acquire(ctx context.Context, o object.Object) (Lease, error) {
 	l, err := ss.s.Acquire(ctx, o)
 	if err != nil {
 		return nil, err // never a typed nil in the interface
@@ -56,7 +56,7 @@ var _ Lease = mmapstore.Lease{}
 type Planner interface {
 	// Plan announces that objs will be acquired in this order, replacing
 	// any plan with the same id. Position 0 is objs[0].
-	Plan(ctx context.Context, id string, objs []fetch.Object) error
+	Plan(ctx context.Context, id string, objs []object.Object) error
 	// AdvancePlan reports that plan id's reader has reached position pos:
 	// it is about to acquire objs[pos]; earlier objects are behind it
 	// (though the last few stay leased while in use).
@@ -88,11 +88,11 @@ const ReportInterval = time.Second
 type Stager interface {
 	// Fetch returns once every object is in the cache (on disk),
 	// downloading what is missing.
-	Fetch(ctx context.Context, objs []fetch.Object) error
+	Fetch(ctx context.Context, objs []object.Object) error
 	// Promote returns once every object is in the cache's fastest tier,
 	// or can be read at once where it is (a disk copy wholly in memory,
 	// whose promotion the cache makes in the background), or could not
 	// be placed there (then it is served from where it is; errors are
 	// advisory).
-	Promote(ctx context.Context, objs []fetch.Object) error
+	Promote(ctx context.Context, objs []object.Object) error
 }

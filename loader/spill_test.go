@@ -8,10 +8,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -23,7 +23,7 @@ type recordingStager struct {
 	fetches [][]string // object names of each Fetch
 }
 
-func (s *recordingStager) Fetch(ctx context.Context, objs []fetch.Object) error {
+func (s *recordingStager) Fetch(ctx context.Context, objs []object.Object) error {
 	s.mu.Lock()
 	s.fetches = append(s.fetches, objectNames(objs))
 	s.mu.Unlock()
@@ -32,7 +32,7 @@ func (s *recordingStager) Fetch(ctx context.Context, objs []fetch.Object) error 
 
 // objectNames returns the base names of objs without their extension
 // ("tok/part-a.bin" is "a").
-func objectNames(objs []fetch.Object) []string {
+func objectNames(objs []object.Object) []string {
 	names := make([]string, len(objs))
 	for i, o := range objs {
 		names[i] = strings.TrimSuffix(strings.TrimPrefix(path.Base(o.Name), "part-"), ".bin")

@@ -8,10 +8,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/megatron"
 	"github.com/cacheagent/cacheagent/mmapstore/tokens"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Options say how FromPatternWith reads a dataset's shards.
@@ -41,7 +41,7 @@ type Options struct {
 // its .bin's size; WebDataset: each tar's member index, from o.Index or
 // built by scanning the tar acquired through o.Records. Errors name the
 // object and wrap ErrDataset (or the source's errors).
-func FromPatternWith(ctx context.Context, src fetch.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
+func FromPatternWith(ctx context.Context, src object.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
 	switch o.Format {
 	case FormatNPY:
 		return FromPattern(ctx, src, bucket, prefix, pattern)
@@ -54,7 +54,7 @@ func FromPatternWith(ctx context.Context, src fetch.Source, bucket, prefix, patt
 }
 
 // fromTokens builds a token dataset.
-func fromTokens(ctx context.Context, src fetch.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
+func fromTokens(ctx context.Context, src object.Source, bucket, prefix, pattern string, o Options) (Dataset, error) {
 	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
 	if err != nil {
 		return Dataset{}, err
@@ -108,7 +108,7 @@ func (d Dataset) checkTokenNames() error {
 }
 
 // megatronObjects returns shard i's .bin and .idx objects.
-func (d Dataset) megatronObjects(i int) (bin, idx fetch.Object) {
+func (d Dataset) megatronObjects(i int) (bin, idx object.Object) {
 	objs := d.Groups[i].Objects
 	if d.Names[0] == "bin" {
 		return objs[0], objs[1]
@@ -162,7 +162,7 @@ func (d Dataset) withWindows() (Dataset, error) {
 // tokenHeader reads the start of a token file: an llm.c header gives the
 // type and count, checked against the size; otherwise the file is raw
 // tokens of type raw.
-func tokenHeader(ctx context.Context, src fetch.Source, a fetch.Attrs, raw array.DType) (array.DType, int64, error) {
+func tokenHeader(ctx context.Context, src object.Source, a object.Attrs, raw array.DType) (array.DType, int64, error) {
 	b, err := readPrefix(ctx, src, a, tokens.LLMCHeaderSize)
 	if err != nil {
 		return 0, 0, err
@@ -211,7 +211,7 @@ func llmcHeader(b []byte, size int64) (dt array.DType, n int64, ok bool, err err
 
 // megatronHeader reads a Megatron shard's .idx whole, once its header
 // says the arrays fill its size, and checks it against the .bin's size.
-func megatronHeader(ctx context.Context, src fetch.Source, bin, idx fetch.Attrs) (array.DType, int64, error) {
+func megatronHeader(ctx context.Context, src object.Source, bin, idx object.Attrs) (array.DType, int64, error) {
 	h, err := readPrefix(ctx, src, idx, megatron.HeaderSize)
 	if err != nil {
 		return 0, 0, err

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/megatron"
 	"github.com/cacheagent/cacheagent/mmapstore/tokens"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // segment is a run of a token dataset's stream that lies contiguously in
@@ -17,7 +17,7 @@ import (
 type segment struct {
 	start int64
 	data  []byte
-	obj   fetch.Object // for errors
+	obj   object.Object // for errors
 }
 
 // BytesLease is a Lease that also lends the object's raw bytes, which the
@@ -72,12 +72,12 @@ func (l *Loader) spillEnd(gi int) int {
 // shards its windows spill into. The plan announces them in this order
 // and the Stager stages them all before the opening acquires any, so a
 // window's second part is never a cold miss.
-func (l *Loader) openObjects(gi int) []fetch.Object {
+func (l *Loader) openObjects(gi int) []object.Object {
 	end := l.spillEnd(gi)
 	if end == gi+1 {
 		return l.ds.Groups[gi].Objects
 	}
-	var objs []fetch.Object
+	var objs []object.Object
 	for g := gi; g < end; g++ {
 		objs = append(objs, l.ds.Groups[g].Objects...)
 	}

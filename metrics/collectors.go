@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -193,8 +194,8 @@ var (
 	jobsDesc      = desc("cacheagent_jobs", "Jobs known to the daemon, by state.", "state")
 )
 
-// priorities are every fetch.Priority, for labels.
-var priorities = []fetch.Priority{fetch.Warm, fetch.Plan, fetch.Demand}
+// priorities are every object.Priority, for labels.
+var priorities = []object.Priority{object.Warm, object.Plan, object.Demand}
 
 // queueCollector reports queue depths, leases and jobs at scrape time.
 type queueCollector struct {

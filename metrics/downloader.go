@@ -6,13 +6,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Downloader fetches one object generation into dst; *fetch.Downloader and
 // tier.Downloader have this shape.
 type Downloader interface {
-	Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error
+	Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error
 }
 
 // WrapDownloader returns a Downloader that forwards to d and records each
@@ -29,9 +29,9 @@ type timedDownloader struct {
 }
 
 // Fetch implements Downloader.
-func (t *timedDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
+func (t *timedDownloader) Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	if u == nil {
-		u = fetch.NewUrgency(fetch.Warm)
+		u = object.NewUrgency(object.Warm)
 	}
 	prio := u.Level()
 	t.m.inflight.add(u)
@@ -51,18 +51,18 @@ func (t *timedDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.Write
 // counts them by their current priority.
 type inflight struct {
 	mu sync.Mutex
-	us map[*fetch.Urgency]int // protected by mu
+	us map[*object.Urgency]int // protected by mu
 }
 
-func newInflight() *inflight { return &inflight{us: make(map[*fetch.Urgency]int)} }
+func newInflight() *inflight { return &inflight{us: make(map[*object.Urgency]int)} }
 
-func (f *inflight) add(u *fetch.Urgency) {
+func (f *inflight) add(u *object.Urgency) {
 	f.mu.Lock()
 	f.us[u]++
 	f.mu.Unlock()
 }
 
-func (f *inflight) remove(u *fetch.Urgency) {
+func (f *inflight) remove(u *object.Urgency) {
 	f.mu.Lock()
 	if f.us[u]--; f.us[u] <= 0 {
 		delete(f.us, u)
@@ -71,10 +71,10 @@ func (f *inflight) remove(u *fetch.Urgency) {
 }
 
 // byPriority counts downloads in progress by their urgency's level now.
-func (f *inflight) byPriority() map[fetch.Priority]int {
+func (f *inflight) byPriority() map[object.Priority]int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out := make(map[fetch.Priority]int, 3)
+	out := make(map[object.Priority]int, 3)
 	for u, n := range f.us {
 		out[u.Level()] += n
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -30,7 +30,7 @@ type Sources struct {
 	Fetch func() stats.Fetch
 	// Pending returns the objects that prefetch jobs have yet to finish, by
 	// priority.
-	Pending func() map[fetch.Priority]int
+	Pending func() map[object.Priority]int
 	// Leases returns the lease sessions and the leases they hold.
 	Leases func() (sessions, leases int)
 	// Jobs returns the number of jobs by state.

@@ -14,13 +14,14 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
 // fakeDownloader fails objects named "bad".
 type fakeDownloader struct{}
 
-func (fakeDownloader) Fetch(_ context.Context, a fetch.Attrs, _ io.WriterAt, _ *fetch.Urgency) error {
+func (fakeDownloader) Fetch(_ context.Context, a object.Attrs, _ io.WriterAt, _ *object.Urgency) error {
 	if a.Name == "bad" {
 		return errors.New("boom")
 	}
@@ -90,7 +91,7 @@ func newTestServer(t *testing.T) *httptest.Server {
 				{Name: "disk", Entries: 2, UsedBytes: 8192, VerifiedBytes: 9000, Verified: 4, Unverifiable: 2}}}
 		},
 		Fetch:   func() stats.Fetch { return fs },
-		Pending: func() map[fetch.Priority]int { return map[fetch.Priority]int{fetch.Warm: 7} },
+		Pending: func() map[object.Priority]int { return map[object.Priority]int{object.Warm: 7} },
 		Leases:  func() (int, int) { return 1, 4 },
 		Jobs:    func() map[string]int { return map[string]int{"running": 1} },
 		Plans:   func() stats.Plan { return stats.Plan{Plans: 1, Lookahead: 1024} },
@@ -108,8 +109,8 @@ func newTestServer(t *testing.T) *httptest.Server {
 		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})
-	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "ok"}}, nil, fetch.NewUrgency(fetch.Demand))
-	d.Fetch(context.Background(), fetch.Attrs{Object: fetch.Object{Name: "bad"}}, nil, nil)
+	d.Fetch(context.Background(), object.Attrs{Object: object.Object{Name: "ok"}}, nil, object.NewUrgency(object.Demand))
+	d.Fetch(context.Background(), object.Attrs{Object: object.Object{Name: "bad"}}, nil, nil)
 	m.ObserveRequest("GET /v1/status", 200)
 	m.ObserveReload(nil)
 	srv := httptest.NewServer(m.Handler(func() bool { return false }))

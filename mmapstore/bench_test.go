@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // npyFile returns a float32 .npy file of rows x cols in C order.
@@ -28,7 +28,7 @@ func npyFile(rows, cols int) []byte {
 
 // warmRow is the loader's hot path: Acquire a warm object, take one row of
 // its array, release.
-func warmRow(s *Store, o fetch.Object, i int) (byte, error) {
+func warmRow(s *Store, o object.Object, i int) (byte, error) {
 	l, err := s.Acquire(context.Background(), o)
 	if err != nil {
 		return 0, err
@@ -148,7 +148,7 @@ func BenchmarkReadShard(b *testing.B) {
 var sumSink uint64
 
 // sum adds up o's bytes as native 8-byte words through a lease.
-func sum(b *testing.B, s *Store, o fetch.Object) {
+func sum(b *testing.B, s *Store, o object.Object) {
 	l, err := s.Acquire(context.Background(), o)
 	if err != nil {
 		b.Fatal(err)

@@ -8,7 +8,7 @@
 //
 //	s := mmapstore.New(cache.Opener(), mmapstore.Config{})
 //	defer s.Close()
-//	l, err := s.Acquire(ctx, fetch.Object{Bucket: "b", Name: "train/x-0001.npy"})
+//	l, err := s.Acquire(ctx, object.Object{Bucket: "b", Name: "train/x-0001.npy"})
 //	…
 //	defer l.Release()
 //	a, err := l.Array()   // parsed once per mapping, then shared
@@ -69,7 +69,7 @@
 // # Errors
 //
 // Conditions callers test: ErrClosed, ErrReleased and ErrFormat, plus
-// whatever the Opener returns (fetch.ErrNotFound, tier.ErrNoSpace, …) and
+// whatever the Opener returns (object.ErrNotFound, tier.ErrNoSpace, …) and
 // the parsers' sentinels (npy.ErrHeader, safetensors.ErrOffsets, …), all
 // wrapped with the operation and object. Test them with errors.Is.
 package mmapstore

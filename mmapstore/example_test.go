@@ -9,6 +9,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -47,7 +48,7 @@ func ExampleStore_Acquire() {
 
 	s := mmapstore.New(cache.Opener(), mmapstore.Config{})
 	defer s.Close()
-	l, err := s.Acquire(ctx, fetch.Object{Bucket: "bkt", Name: "train/x.npy"})
+	l, err := s.Acquire(ctx, object.Object{Bucket: "bkt", Name: "train/x.npy"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -35,13 +35,13 @@ func newEnv(t testing.TB, maxBytes int64) *env {
 }
 
 // put writes bucket "b", object name, with a fresh generation.
-func (e *env) put(t testing.TB, name string, data []byte) fetch.Object {
+func (e *env) put(t testing.TB, name string, data []byte) object.Object {
 	t.Helper()
 	return e.dir.Put(t, "b", name, data)
 }
 
 // putFile copies testdata file src into the source as name.
-func (e *env) putFile(t testing.TB, name, src string) ([]byte, fetch.Object) {
+func (e *env) putFile(t testing.TB, name, src string) ([]byte, object.Object) {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
@@ -83,7 +83,7 @@ func checkInvariants(t testing.TB, s *Store) {
 }
 
 // acquire is Acquire that fails the test on error.
-func acquire(t testing.TB, s *Store, o fetch.Object) Lease {
+func acquire(t testing.TB, s *Store, o object.Object) Lease {
 	t.Helper()
 	l, err := s.Acquire(context.Background(), o)
 	if err != nil {

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/safetensors"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Lease is a reference to a read-only mapping of one cached object. It is a
@@ -48,9 +48,9 @@ func (l Lease) Bytes() []byte {
 
 // Attrs returns the attributes of the mapped generation; the zero Attrs
 // for a released lease.
-func (l Lease) Attrs() fetch.Attrs {
+func (l Lease) Attrs() object.Attrs {
 	if !l.valid() {
-		return fetch.Attrs{}
+		return object.Attrs{}
 	}
 	return l.m.attrs
 }
@@ -116,7 +116,7 @@ func (l Lease) releasedError(op string) error {
 // View acquires o, calls fn with its bytes and releases the lease. The
 // bytes are valid only during fn and must not be modified or retained.
 // fn's error is returned, joined with any error releasing the lease.
-func (s *Store) View(ctx context.Context, o fetch.Object, fn func(b []byte) error) error {
+func (s *Store) View(ctx context.Context, o object.Object, fn func(b []byte) error) error {
 	l, err := s.Acquire(ctx, o)
 	if err != nil {
 		return err

@@ -13,11 +13,11 @@ import (
 
 	"github.com/edsrzf/mmap-go"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/memhint"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
 	"github.com/cacheagent/cacheagent/mmapstore/safetensors"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // mapping is one read-only mapping of one File, shared by every lease on
@@ -25,10 +25,10 @@ import (
 type mapping struct {
 	// Immutable after newMapping.
 	s     *Store
-	key   fetch.Object // the key it was acquired under
+	key   object.Object // the key it was acquired under
 	file  File
 	path  string // file.Path()
-	attrs fetch.Attrs
+	attrs object.Attrs
 	data  []byte // the mapping; empty (not mapped) for a zero-length file
 	// staleAtOpen records that the File was already stale when opened (the
 	// Opener had nothing better), so staleness alone does not make every
@@ -51,7 +51,7 @@ type mapping struct {
 }
 
 // newMapping maps f's file read-only. On error f is left open.
-func newMapping(s *Store, key fetch.Object, f File) (*mapping, error) {
+func newMapping(s *Store, key object.Object, f File) (*mapping, error) {
 	data, err := mapFile(f)
 	if err != nil {
 		return nil, err

@@ -3,7 +3,7 @@ package mmapstore
 import (
 	"context"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Opener gives access to the current best local copy of an object, as a
@@ -14,7 +14,7 @@ type Opener[F File] interface {
 	// Open returns an open File on o's best local copy, fetching it first
 	// if needed. The copy must stay readable, and its file must keep its
 	// size, until the File is closed.
-	Open(ctx context.Context, o fetch.Object) (F, error)
+	Open(ctx context.Context, o object.Object) (F, error)
 }
 
 // File is an open local copy of one object generation.
@@ -26,7 +26,7 @@ type File interface {
 	// this size.
 	Size() int64
 	// Attrs are the attributes of the generation the copy holds.
-	Attrs() fetch.Attrs
+	Attrs() object.Attrs
 	// Stale reports that the Opener no longer serves this copy (it was
 	// replaced, evicted, dropped or promoted to a faster tier). Acquire
 	// calls it on every hit, so it must be cheap: no I/O, no allocation.
@@ -36,12 +36,12 @@ type File interface {
 }
 
 // openFunc is an Opener with its File type erased, as a Store keeps it.
-type openFunc func(ctx context.Context, o fetch.Object) (File, error)
+type openFunc func(ctx context.Context, o object.Object) (File, error)
 
 // erase returns o's Open as an openFunc. A failed Open yields a nil File,
 // never a typed nil in the interface.
 func erase[F File](o Opener[F]) openFunc {
-	return func(ctx context.Context, obj fetch.Object) (File, error) {
+	return func(ctx context.Context, obj object.Object) (File, error) {
 		f, err := o.Open(ctx, obj)
 		if err != nil {
 			return nil, err

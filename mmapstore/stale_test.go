@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -98,12 +98,12 @@ func TestStaleCopyOfExactGeneration(t *testing.T) {
 	data := pattern(5, 3000)
 	e.put(t, "x/g", data)
 	s, _ := newStore(t, e.cache.Opener(), Config{Revalidate: -1})
-	l1 := acquire(t, s, fetch.Object{Bucket: "b", Name: "x/g"})
+	l1 := acquire(t, s, object.Object{Bucket: "b", Name: "x/g"})
 	o := l1.Attrs().Object // with its generation
 
 	l2 := acquire(t, s, o)
 	e.put(t, "x/g", pattern(6, 3000))
-	h, err := e.cache.Open(context.Background(), fetch.Object{Bucket: "b", Name: "x/g"}, tier.WithRevalidate(0))
+	h, err := e.cache.Open(context.Background(), object.Object{Bucket: "b", Name: "x/g"}, tier.WithRevalidate(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +124,8 @@ func TestStaleCopyOfExactGeneration(t *testing.T) {
 	if st := s.Stats(); st.Mappings != 0 { // both keys' mappings were of the replaced copy
 		t.Errorf("Stats = %+v; want no mappings", st)
 	}
-	if _, err := s.Acquire(context.Background(), o); !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("Acquire of a generation gone everywhere = %v; want fetch.ErrNotFound", err)
+	if _, err := s.Acquire(context.Background(), o); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Acquire of a generation gone everywhere = %v; want object.ErrNotFound", err)
 	}
 }
 
@@ -206,7 +206,7 @@ type gatedOpener struct {
 	opens   atomic.Int64
 }
 
-func (g *gatedOpener) Open(ctx context.Context, o fetch.Object) (File, error) {
+func (g *gatedOpener) Open(ctx context.Context, o object.Object) (File, error) {
 	g.opens.Add(1)
 	if g.armed.CompareAndSwap(true, false) {
 		close(g.entered)

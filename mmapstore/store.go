@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Defaults for zero Config fields.
@@ -61,7 +61,7 @@ type Store struct {
 	mu sync.Mutex // protects the fields below and every mapping's guarded fields
 	// maps holds the current mapping of each key. INVARIANT: m.installed
 	// iff maps[m.key] == m; an installed m with refs == 0 is in idle.
-	maps       map[fetch.Object]*mapping
+	maps       map[object.Object]*mapping
 	idle       idleList
 	free       []*slot // released lease slots, reused by leaseLocked
 	closed     bool
@@ -82,7 +82,7 @@ func New[F File](o Opener[F], cfg Config) *Store {
 		panic("mmapstore: New with a nil Opener")
 	}
 	s := &Store{open: erase(o), revalidate: cfg.Revalidate, maxIdle: cfg.MaxIdleMappings,
-		maxIdleBytes: cfg.MaxIdleBytes, log: cfg.Logger, maps: make(map[fetch.Object]*mapping)}
+		maxIdleBytes: cfg.MaxIdleBytes, log: cfg.Logger, maps: make(map[object.Object]*mapping)}
 	if s.revalidate == 0 {
 		s.revalidate = DefaultRevalidate
 	}
@@ -115,8 +115,8 @@ func New[F File](o Opener[F], cfg Config) *Store {
 // opening (and, with a tier.Cache's Opener, fetching) and mapping it on a miss. On a
 // warm object it takes a lock, looks the mapping up and counts a reference:
 // no system call, no allocation. The lease must be released. Errors wrap
-// the Opener's (fetch.ErrNotFound, …) or ErrClosed.
-func (s *Store) Acquire(ctx context.Context, o fetch.Object) (Lease, error) {
+// the Opener's (object.ErrNotFound, …) or ErrClosed.
+func (s *Store) Acquire(ctx context.Context, o object.Object) (Lease, error) {
 	now := s.now()
 	s.mu.Lock()
 	if m := s.maps[o]; m != nil && now < s.sweepAt && s.servableLocked(m, now) {
@@ -140,7 +140,7 @@ func (s *Store) servableLocked(m *mapping, now time.Duration) bool {
 // acquireSlow is Acquire when the mapping is missing, stale or due for
 // revalidation: it asks the Opener and maps what it returns unless that is
 // the copy already mapped.
-func (s *Store) acquireSlow(ctx context.Context, o fetch.Object, now time.Duration) (Lease, error) {
+func (s *Store) acquireSlow(ctx context.Context, o object.Object, now time.Duration) (Lease, error) {
 	l, cur, dead, err := s.prepare(o, now)
 	s.closeLogged(dead)
 	if err != nil || l.sl != nil {
@@ -159,7 +159,7 @@ func (s *Store) acquireSlow(ctx context.Context, o fetch.Object, now time.Durati
 // returns a lease on a mapping that turned out to be servable, or the
 // current mapping cur (nil if none), marked as being revalidated unless it
 // is stale.
-func (s *Store) prepare(o fetch.Object, now time.Duration) (l Lease, cur *mapping, dead []*mapping, err error) {
+func (s *Store) prepare(o object.Object, now time.Duration) (l Lease, cur *mapping, dead []*mapping, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -201,7 +201,7 @@ func (s *Store) endCheck(cur *mapping) {
 // adopt leases the copy f that the Opener returned for o at time now: the
 // installed mapping if it already maps f's copy (f is closed), a new
 // mapping of f otherwise. cur is the mapping prepare marked, if any.
-func (s *Store) adopt(o fetch.Object, f File, cur *mapping, now time.Duration) (Lease, error) {
+func (s *Store) adopt(o object.Object, f File, cur *mapping, now time.Duration) (Lease, error) {
 	s.mu.Lock()
 	if c := s.maps[o]; c != nil && reusable(c, f) {
 		l := s.reuseLocked(c, cur, f, now)

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -84,7 +84,7 @@ func TestReleaseTwice(t *testing.T) {
 func TestConcurrentLeases(t *testing.T) {
 	e := newEnv(t, 0)
 	const objects, workers, rounds = 3, 8, 200
-	objs := make([]fetch.Object, objects)
+	objs := make([]object.Object, objects)
 	datas := make([][]byte, objects)
 	for i := range objs {
 		datas[i] = pattern(byte(10+i), 8192+i)
@@ -162,7 +162,7 @@ func TestLastReleaseUnmaps(t *testing.T) {
 
 func TestIdleBounds(t *testing.T) {
 	e := newEnv(t, 0)
-	var objs []fetch.Object
+	var objs []object.Object
 	for i := range 4 {
 		objs = append(objs, e.put(t, fmt.Sprintf("i/%d", i), pattern(byte(i), 1000)))
 	}
@@ -274,9 +274,9 @@ func TestView(t *testing.T) {
 	if st := s.Stats(); st.Leases != 0 {
 		t.Errorf("View left %d leases", st.Leases)
 	}
-	_, err = s.Acquire(context.Background(), fetch.Object{Bucket: "b", Name: "missing"})
-	if !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("Acquire(missing) = %v; want a wrapped fetch.ErrNotFound", err)
+	_, err = s.Acquire(context.Background(), object.Object{Bucket: "b", Name: "missing"})
+	if !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Acquire(missing) = %v; want a wrapped object.ErrNotFound", err)
 	}
 }
 
@@ -323,14 +323,14 @@ func (f sizedFile) Path() string { return f.path }
 func (f sizedFile) Size() int64  { return f.size }
 func (f sizedFile) Stale() bool  { return false }
 func (f sizedFile) Close() error { return nil }
-func (f sizedFile) Attrs() fetch.Attrs {
-	return fetch.Attrs{Object: fetch.Object{Bucket: "b", Name: "m"}, Size: f.size}
+func (f sizedFile) Attrs() object.Attrs {
+	return object.Attrs{Object: object.Object{Bucket: "b", Name: "m"}, Size: f.size}
 }
 
 // sizedOpener opens every object as its sizedFile.
 type sizedOpener struct{ f sizedFile }
 
-func (o sizedOpener) Open(context.Context, fetch.Object) (File, error) { return o.f, nil }
+func (o sizedOpener) Open(context.Context, object.Object) (File, error) { return o.f, nil }
 
 func TestFileSizeMismatch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "short")
@@ -338,7 +338,7 @@ func TestFileSizeMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := newStore(t, sizedOpener{sizedFile{path: path, size: 8192}}, Config{})
-	if l, err := s.Acquire(context.Background(), fetch.Object{Bucket: "b", Name: "m"}); err == nil {
+	if l, err := s.Acquire(context.Background(), object.Object{Bucket: "b", Name: "m"}); err == nil {
 		l.Release()
 		t.Error("Acquire of a file shorter than its object succeeded; want an error (reads would fault)")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -38,7 +39,7 @@ var benchModes = append(slices.Clone(modes), mode{name: "default", open: OpenAut
 type warmCache struct {
 	cache *tier.Cache
 	src   *fetch.Dir
-	objs  []fetch.Attrs
+	objs  []object.Attrs
 	paths []string // the cached files, as objs
 }
 
@@ -74,7 +75,7 @@ func newWarmCache(b *testing.B, names []string, size int64) *warmCache {
 		}
 		w.objs = append(w.objs, a)
 	}
-	if err := c.Prefetch(ctx, w.objs, fetch.Demand, nil); err != nil {
+	if err := c.Prefetch(ctx, w.objs, object.Demand, nil); err != nil {
 		b.Fatal(err)
 	}
 	for _, a := range w.objs {
@@ -262,7 +263,7 @@ func BenchmarkColdRead(b *testing.B) {
 		c, done := ce.newCache(b)
 		defer done()
 		start := time.Now()
-		if err := c.Prefetch(context.Background(), ce.attrs, fetch.Demand, nil); err != nil {
+		if err := c.Prefetch(context.Background(), ce.attrs, object.Demand, nil); err != nil {
 			b.Fatal(err)
 		}
 		return time.Since(start)
@@ -304,7 +305,7 @@ func BenchmarkColdRead(b *testing.B) {
 type coldEnv struct {
 	src   *fetch.GCS
 	dl    *fetch.Downloader
-	attrs []fetch.Attrs
+	attrs []object.Attrs
 }
 
 // newColdEnv starts an emulator with count objects of size bytes under
@@ -359,7 +360,7 @@ func (ce *coldEnv) newCache(b *testing.B) (c *tier.Cache, done func()) {
 // coldMountRead mounts c, reads every object of attrs through it with one
 // reader each, and returns the time the reads took and whether the kernel
 // read the cached files itself.
-func coldMountRead(b *testing.B, c Cache, src Lister, attrs []fetch.Attrs, m mode) (time.Duration, bool) {
+func coldMountRead(b *testing.B, c Cache, src Lister, attrs []object.Attrs, m mode) (time.Duration, bool) {
 	b.Helper()
 	cfg := Config{Cache: c, Source: src, Roots: []Root{{Bucket: "data"}}, ListTTL: -1}
 	m.apply(&cfg)

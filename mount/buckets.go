@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // maxMissing bounds how many missing bucket names a dynamic mount
@@ -45,7 +45,7 @@ func (f *FS) bucket(ctx context.Context, name string) (*bucketView, syscall.Errn
 // probe checks, on a context detached from ctx, whether bucket name exists
 // at the source by asking for its first object (one List request), and
 // adds it if it does. A missing bucket is remembered as missing for a
-// while (missingTTL), and its error is fetch.ErrNotFound.
+// while (missingTTL), and its error is object.ErrNotFound.
 func (f *FS) probe(ctx context.Context, name string) (*bucketView, error) {
 	dctx, done, err := f.detach(ctx)
 	if err != nil {
@@ -54,7 +54,7 @@ func (f *FS) probe(ctx context.Context, name string) (*bucketView, error) {
 	defer done()
 	f.stats.probes.Add(1)
 	err = firstObject(dctx, f.cfg.src, name)
-	if err != nil && !errors.Is(err, fetch.ErrNotFound) && !errors.Is(err, fetch.ErrInvalidName) {
+	if err != nil && !errors.Is(err, object.ErrNotFound) && !errors.Is(err, object.ErrInvalidName) {
 		f.cfg.log.Warn("mount: checking a bucket failed", "bucket", name, "err", err)
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (f *FS) probe(ctx context.Context, name string) (*bucketView, error) {
 			f.pruneMissingLocked(now)
 		}
 		f.missing[name] = now.Add(f.cfg.missingTTL())
-		return nil, fmt.Errorf("mount: bucket %q: %w", name, fetch.ErrNotFound)
+		return nil, fmt.Errorf("mount: bucket %q: %w", name, object.ErrNotFound)
 	}
 	delete(f.missing, name)
 	b := f.buckets[name]

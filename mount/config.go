@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -22,14 +22,14 @@ const DefaultListTTL = time.Minute
 type Cache interface {
 	// Open returns a handle on the cached copy of o (o.Generation is always
 	// set here), fetching it first on a miss. It honours ctx while it waits.
-	Open(ctx context.Context, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error)
+	Open(ctx context.Context, o object.Object, opts ...tier.OpenOption) (*tier.Handle, error)
 }
 
-// Lister lists objects by name prefix. fetch.Source (and so *fetch.GCS)
+// Lister lists objects by name prefix. object.Source (and so *fetch.GCS)
 // implements it.
 type Lister interface {
 	// List yields the live objects of bucket whose names start with prefix.
-	List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error]
+	List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error]
 }
 
 // reclaimingCache is a Cache that asks for handles back when it is full
@@ -44,7 +44,7 @@ type reclaimingCache interface {
 var (
 	_ Cache           = (*tier.Cache)(nil)
 	_ reclaimingCache = (*tier.Cache)(nil)
-	_ Lister          = (fetch.Source)(nil)
+	_ Lister          = (object.Source)(nil)
 )
 
 // Root is one part of GCS the mount shows: the objects of Bucket whose names

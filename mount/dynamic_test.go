@@ -19,6 +19,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // countingLister counts the listings asked of it, by bucket.
@@ -32,7 +33,7 @@ func newCountingLister(l Lister) *countingLister {
 	return &countingLister{Lister: l, n: map[string]int{}}
 }
 
-func (l *countingLister) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
+func (l *countingLister) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
 	l.mu.Lock()
 	l.n[bucket]++
 	l.mu.Unlock()
@@ -123,19 +124,19 @@ func TestDynamicMount(t *testing.T) {
 
 // bucketLister lists fixed buckets; any other is missing.
 type bucketLister struct {
-	buckets map[string][]fetch.Attrs
+	buckets map[string][]object.Attrs
 	fail    error // returned by every listing if set
 }
 
-func (l *bucketLister) List(_ context.Context, bucket, _ string) iter.Seq2[fetch.Attrs, error] {
-	return func(yield func(fetch.Attrs, error) bool) {
+func (l *bucketLister) List(_ context.Context, bucket, _ string) iter.Seq2[object.Attrs, error] {
+	return func(yield func(object.Attrs, error) bool) {
 		if l.fail != nil {
-			yield(fetch.Attrs{}, l.fail)
+			yield(object.Attrs{}, l.fail)
 			return
 		}
 		as, ok := l.buckets[bucket]
 		if !ok {
-			yield(fetch.Attrs{}, fetch.ErrNotFound)
+			yield(object.Attrs{}, object.ErrNotFound)
 			return
 		}
 		for _, a := range as {
@@ -151,8 +152,8 @@ func (l *bucketLister) List(_ context.Context, bucket, _ string) iter.Seq2[fetch
 // cache and its expiry, and failures that are not cached.
 func TestDynamicBucketLookup(t *testing.T) {
 	ctx := context.Background()
-	src := &bucketLister{buckets: map[string][]fetch.Attrs{
-		"full":  {{Object: fetch.Object{Bucket: "full", Name: "a", Generation: 1}}},
+	src := &bucketLister{buckets: map[string][]object.Attrs{
+		"full":  {{Object: object.Object{Bucket: "full", Name: "a", Generation: 1}}},
 		"empty": nil,
 	}}
 	lister := newCountingLister(src)

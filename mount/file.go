@@ -11,7 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -60,7 +60,7 @@ func (f *FS) open(ctx context.Context, n *fileNode) (fs.FileHandle, syscall.Errn
 }
 
 // openHandle opens generation a through the cache and the cached file.
-func (f *FS) openHandle(ctx context.Context, b *bucketView, a fetch.Attrs) (*handle, syscall.Errno) {
+func (f *FS) openHandle(ctx context.Context, b *bucketView, a object.Attrs) (*handle, syscall.Errno) {
 	th, err := f.cfg.cache.Open(ctx, a.Object)
 	if err != nil {
 		return nil, f.openErrno(ctx, b, a.Object, err)
@@ -117,7 +117,7 @@ func (h *handle) object() string {
 // openErrno maps a failed cache open of o to the kernel's errno. A vanished
 // generation gives ESTALE and marks the listing stale, so that the kernel's
 // retry looks the name up again and finds the current generation.
-func (f *FS) openErrno(ctx context.Context, b *bucketView, o fetch.Object, err error) syscall.Errno {
+func (f *FS) openErrno(ctx context.Context, b *bucketView, o object.Object, err error) syscall.Errno {
 	en := errno(ctx, err)
 	switch en {
 	case syscall.EINTR:
@@ -167,7 +167,7 @@ func (h *handle) close() error {
 // this read alone (fetching it first on a miss) and closes it once the
 // kernel has the bytes. A generation that is gone gives ESTALE, and the
 // bucket is listed again at the next lookup.
-func (f *FS) readUnopened(ctx context.Context, b *bucketView, a fetch.Attrs, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (f *FS) readUnopened(ctx context.Context, b *bucketView, a object.Attrs, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h, en := f.openHandle(ctx, b, a)
 	if en != 0 {
 		f.stats.openErrors.Add(1)

@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -41,8 +41,8 @@ type FS struct {
 	// backings' idle files) are seams for tests, set before use.
 	now             func() time.Time
 	maxIdleBackings int
-	openStart       func(o fetch.Object)
-	openDone        func(o fetch.Object, errno syscall.Errno)
+	openStart       func(o object.Object)
+	openDone        func(o object.Object, errno syscall.Errno)
 
 	stats counters
 	// probes shares the existence checks of dynamic buckets, by name.
@@ -189,7 +189,7 @@ func (f *FS) reject(bucket, name, why string) {
 	}
 	f.stats.skipped.Add(1)
 	f.cfg.log.Warn("mount: object left out: its name is not a valid path",
-		"object", fetch.Object{Bucket: bucket, Name: name}.String(), "reason", why)
+		"object", object.Object{Bucket: bucket, Name: name}.String(), "reason", why)
 }
 
 // errno maps an error from the cache or the source to what the kernel gets.
@@ -200,7 +200,7 @@ func errno(ctx context.Context, err error) syscall.Errno {
 		return 0
 	case ctx.Err() != nil:
 		return syscall.EINTR
-	case errors.Is(err, fetch.ErrNotFound):
+	case errors.Is(err, object.ErrNotFound):
 		return syscall.ENOENT
 	case errors.Is(err, tier.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
 		return syscall.ENOSPC

@@ -16,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // gate stalls the emulator's media GETs until it is opened; started is
@@ -56,7 +57,7 @@ func TestInterruptedOpen(t *testing.T) {
 	// the hook never blocks, and only the first and last results count.
 	results := make(chan syscall.Errno, 64)
 	srv, mp := e.mount(t, e.config(Root{Bucket: "data"}), func(f *FS) {
-		f.openDone = func(_ fetch.Object, en syscall.Errno) {
+		f.openDone = func(_ object.Object, en syscall.Errno) {
 			select {
 			case results <- en:
 			default:

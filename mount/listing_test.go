@@ -18,6 +18,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // clock is a settable time source for FS.now.
@@ -46,9 +47,9 @@ type flakyLister struct {
 
 var errFlaky = errors.New("listing refused by the test")
 
-func (l *flakyLister) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
+func (l *flakyLister) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
 	if l.fail.Load() {
-		return func(yield func(fetch.Attrs, error) bool) { yield(fetch.Attrs{}, errFlaky) }
+		return func(yield func(object.Attrs, error) bool) { yield(object.Attrs{}, errFlaky) }
 	}
 	return l.Lister.List(ctx, bucket, prefix)
 }

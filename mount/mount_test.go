@@ -19,6 +19,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // dataset is the objects most tests mount: bucket "data" in full, and the
@@ -138,7 +139,7 @@ func checkFile(t *testing.T, e *env, path string, o fakestorage.Object) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := e.src.Stat(context.Background(), fetch.Object{Bucket: o.BucketName, Name: o.Name})
+	a, err := e.src.Stat(context.Background(), object.Object{Bucket: o.BucketName, Name: o.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestConcurrentColdOpensShareOneDownload(t *testing.T) {
 	e := newEnv(t, emulator.Options{Objects: []fakestorage.Object{obj("data", "cold.bin", data)}, Faults: plan},
 		fetch.Config{SliceSize: slice})
 	_, mp := e.mount(t, e.config(Root{Bucket: "data"}), func(f *FS) {
-		f.openStart = func(fetch.Object) { arrived <- struct{}{} }
+		f.openStart = func(object.Object) { arrived <- struct{}{} }
 	})
 	path := filepath.Join(mp, "data", "cold.bin")
 	var wg sync.WaitGroup

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestHostileNamesLeftOut mounts a bucket with names that cannot be paths:
@@ -51,13 +52,13 @@ func TestHostileNamesLeftOut(t *testing.T) {
 		t.Errorf("Listings = %d, Skipped = %d; want at least 3 and %d", st.Listings, st.Skipped, len(hostile))
 	}
 	for _, n := range hostile {
-		uri := fetch.Object{Bucket: "data", Name: n}.String()
+		uri := object.Object{Bucket: "data", Name: n}.String()
 		if got := e.logs.count("left out", "object", uri); got != 1 {
 			t.Errorf("%q logged %d times; want once", n, got)
 		}
 	}
 	for _, n := range fine {
-		uri := fetch.Object{Bucket: "data", Name: n}.String()
+		uri := object.Object{Bucket: "data", Name: n}.String()
 		if got := e.logs.count("left out", "object", uri); got != 0 {
 			t.Errorf("%q logged as left out", n)
 		}

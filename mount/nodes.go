@@ -4,10 +4,9 @@ import (
 	"context"
 	"syscall"
 
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // Modes and sizes reported to the kernel.
@@ -41,7 +40,7 @@ type fileNode struct {
 	readOnly
 	f     *FS
 	b     *bucketView
-	attrs fetch.Attrs
+	attrs object.Attrs
 	bk    *backing // the backing cache's, guarded by its mu
 }
 
@@ -211,7 +210,7 @@ func (f *FS) dirAttr(out *fuse.Attr, ino uint64) {
 }
 
 // fileAttr fills in the attributes of the file holding generation a.
-func (f *FS) fileAttr(out *fuse.Attr, ino uint64, a fetch.Attrs) {
+func (f *FS) fileAttr(out *fuse.Attr, ino uint64, a object.Attrs) {
 	out.Ino = ino
 	out.Mode = syscall.S_IFREG | fileMode
 	out.Nlink = 1

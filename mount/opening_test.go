@@ -12,6 +12,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestOpenAuto mounts, in the default mode, a dataset of small files and
@@ -110,7 +111,7 @@ func TestListingBytes(t *testing.T) {
 		name string
 		size int64
 	}{{"a", 10}, {"d/b", SmallFileSize}, {"d/c", SmallFileSize + 1}, {"d/", 0}, {"a", 99}} {
-		b.add(fetch.Attrs{Object: fetch.Object{Bucket: "b", Name: a.name}, Size: a.size})
+		b.add(object.Attrs{Object: object.Object{Bucket: "b", Name: a.name}, Size: a.size})
 	}
 	l := b.build()
 	if want := int64(10 + 2*SmallFileSize + 1); l.bytes != want || l.smallBytes != 10+SmallFileSize {

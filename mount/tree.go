@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // maxSegment is the longest file name Linux accepts (NAME_MAX).
@@ -44,7 +44,7 @@ func checkName(name string) (dir bool, why string) {
 type entry struct {
 	name  string // one path segment
 	dir   bool
-	attrs fetch.Attrs // files only
+	attrs object.Attrs // files only
 }
 
 // dirList is a listed directory's entries, sorted by name.
@@ -84,7 +84,7 @@ func newBuilder(reject func(name, why string)) *builder {
 }
 
 // add puts object a into the tree, or rejects it.
-func (b *builder) add(a fetch.Attrs) {
+func (b *builder) add(a object.Attrs) {
 	dir, why := checkName(a.Name)
 	if why != "" {
 		b.reject(a.Name, why)

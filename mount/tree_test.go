@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -54,7 +54,7 @@ func TestBuilder(t *testing.T) {
 		"b.txt", "a/x", "a/y/z", "marker/", "marker/inner/", "clash", "clash/inside",
 		"inside/clash/deeper", "inside/clash", "dup", "dup", "../up", "a//b",
 	} {
-		b.add(fetch.Attrs{Object: fetch.Object{Bucket: "bk", Name: name, Generation: 1}})
+		b.add(object.Attrs{Object: object.Object{Bucket: "bk", Name: name, Generation: 1}})
 	}
 	l := b.build()
 	want := map[string][]string{
@@ -185,11 +185,11 @@ func TestErrno(t *testing.T) {
 	}{
 		{live, nil, 0},
 		{done, errors.New("whatever"), syscall.EINTR},
-		{live, fmt.Errorf("tier: open: %w", fetch.ErrNotFound), syscall.ENOENT},
+		{live, fmt.Errorf("tier: open: %w", object.ErrNotFound), syscall.ENOENT},
 		{live, fmt.Errorf("tier: fill: %w", tier.ErrNoSpace), syscall.ENOSPC},
 		{live, fmt.Errorf("write: %w", syscall.ENOSPC), syscall.ENOSPC},
 		{live, fmt.Errorf("read: %w", syscall.ECONNRESET), syscall.EIO},
-		{live, fetch.ErrChecksum, syscall.EIO},
+		{live, object.ErrChecksum, syscall.EIO},
 	} {
 		if got := errno(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("errno(%v) = %v; want %v", tc.err, got, tc.want)
@@ -274,12 +274,12 @@ func TestCheckDynamicBucket(t *testing.T) {
 // fakeCache and fakeLister stand in where nothing is opened or listed.
 type fakeCache struct{}
 
-func (fakeCache) Open(context.Context, fetch.Object, ...tier.OpenOption) (*tier.Handle, error) {
-	return nil, fetch.ErrNotFound
+func (fakeCache) Open(context.Context, object.Object, ...tier.OpenOption) (*tier.Handle, error) {
+	return nil, object.ErrNotFound
 }
 
 type fakeLister struct{}
 
-func (fakeLister) List(context.Context, string, string) iter.Seq2[fetch.Attrs, error] {
-	return func(func(fetch.Attrs, error) bool) {}
+func (fakeLister) List(context.Context, string, string) iter.Seq2[object.Attrs, error] {
+	return func(func(object.Attrs, error) bool) {}
 }

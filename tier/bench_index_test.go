@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // installSynthetic installs n base entries for objects that have no files,
@@ -19,7 +19,7 @@ func installSynthetic(c *Cache, n int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i := range n {
-		a := fetch.Attrs{Object: fetch.Object{Bucket: fmt.Sprintf("bench-s%04d", i/100),
+		a := object.Attrs{Object: object.Object{Bucket: fmt.Sprintf("bench-s%04d", i/100),
 			Name: fmt.Sprintf("o%07d", i), Generation: int64(1_700_000_000_000_000 + i)},
 			Size: 1 << 10, CRC32C: uint32(i), HasCRC32C: true, Updated: time.Unix(0, now)}
 		e := newEntry(c.base, a, 4<<10, fileIdent{ino: uint64(i), mtime: now}, now+int64(i))

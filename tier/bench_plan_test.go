@@ -14,6 +14,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // BenchmarkPlannedCold is the planned cold epoch of scripts/bench/pyplan.py
@@ -30,12 +31,12 @@ func BenchmarkPlannedCold(b *testing.B) {
 		readers = 2
 	)
 	objs := make([]fakestorage.Object, objects)
-	plan := make([]fetch.Object, objects)
+	plan := make([]object.Object, objects)
 	for i := range objs {
 		name := fmt.Sprintf("imgs/class-%02d/img-%05d.bin", i%10, i)
 		objs[i] = fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: name},
 			Content: emulator.Pattern(uint64(i), size)}
-		plan[i] = fetch.Object{Bucket: "bench", Name: name}
+		plan[i] = object.Object{Bucket: "bench", Name: name}
 	}
 	emu, err := emulator.Start(emulator.Options{Objects: objs, Dir: b.TempDir(),
 		Shape: emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: 100e6}})
@@ -64,7 +65,7 @@ func BenchmarkPlannedCold(b *testing.B) {
 
 // bareLink GETs every object of plan through the emulator's link on conns
 // connections at once and returns how long that took.
-func bareLink(b *testing.B, base string, plan []fetch.Object, conns int) time.Duration {
+func bareLink(b *testing.B, base string, plan []object.Object, conns int) time.Duration {
 	b.Helper()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}
 	defer client.CloseIdleConnections()
@@ -101,7 +102,7 @@ func bareLink(b *testing.B, base string, plan []fetch.Object, conns int) time.Du
 // plannedEpoch opens a fresh cache, announces plan and reads it with
 // readers goroutines taking batches in turn; it returns the epoch's time
 // and the mean time to first byte of the cache's range reads.
-func plannedEpoch(b *testing.B, endpoint string, plan []fetch.Object, conns, batch, readers int) (epoch, firstByte time.Duration) {
+func plannedEpoch(b *testing.B, endpoint string, plan []object.Object, conns, batch, readers int) (epoch, firstByte time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: endpoint})
@@ -165,11 +166,11 @@ func plannedEpoch(b *testing.B, endpoint string, plan []fetch.Object, conns, bat
 // timedSource times its range reads' first bytes: the link as the cache
 // sees it, beside the link's nominal first byte.
 type timedSource struct {
-	fetch.Source
+	object.Source
 	n, firstByte atomic.Int64
 }
 
-func (s *timedSource) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (s *timedSource) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	t0 := time.Now()
 	r, err := s.Source.NewRangeReader(ctx, o, off, n)
 	s.n.Add(1)

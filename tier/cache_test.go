@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/dgraph-io/badger/v4"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -95,7 +94,7 @@ func TestMissThenHit(t *testing.T) {
 		t.Errorf("Attrs() = %+v; want %+v", got, a)
 	}
 	openRead(t, c, obj("bkt", "dir/obj.bin"), data)
-	openRead(t, c, fetch.Object{Bucket: "bkt", Name: "dir/obj.bin", Generation: a.Generation}, data)
+	openRead(t, c, object.Object{Bucket: "bkt", Name: "dir/obj.bin", Generation: a.Generation}, data)
 	if n := env.dl.calls.Load(); n != 1 {
 		t.Errorf("downloads = %d; want 1", n)
 	}
@@ -117,8 +116,8 @@ func TestMissThenHit(t *testing.T) {
 	if files := dataFiles(t, dir); len(files) != 1 {
 		t.Errorf("data files = %v; want one", files)
 	}
-	if _, err := c.Open(context.Background(), obj("bkt", "missing")); !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("Open(missing) = %v; want fetch.ErrNotFound", err)
+	if _, err := c.Open(context.Background(), obj("bkt", "missing")); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("Open(missing) = %v; want object.ErrNotFound", err)
 	}
 	checkInvariants(t, c)
 }

@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Downloader fetches one generation of an object into dst. *fetch.Downloader
 // implements it; it must be safe for concurrent use.
 type Downloader interface {
-	Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error
+	Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error
 }
 
 var _ Downloader = (*fetch.Downloader)(nil)
@@ -83,7 +84,7 @@ type Config struct {
 	// never (a cached generation is served until evicted).
 	Revalidate time.Duration
 	// Source answers Stat for misses and revalidation. Required.
-	Source fetch.Source
+	Source object.Source
 	// Downloader fills the cache. Required.
 	Downloader Downloader
 	// Logger receives warnings and start-up summaries; nil discards them.
@@ -107,7 +108,7 @@ type settings struct {
 	promoteHits   int    // ≤ 0: no promotion on hits
 	promoteWindow time.Duration
 	revalidate    time.Duration
-	src           fetch.Source
+	src           object.Source
 	dl            Downloader
 	log           *slog.Logger
 	parallelism   int

@@ -10,7 +10,7 @@
 //		Source: src, Downloader: dl})
 //	…
 //	defer c.Close()
-//	h, err := c.Open(ctx, fetch.Object{Bucket: "b", Name: "train/shard-0001.npy"})
+//	h, err := c.Open(ctx, object.Object{Bucket: "b", Name: "train/shard-0001.npy"})
 //	…
 //	defer h.Close()
 //	// h is an io.ReaderAt; h.Path() is the file (in the shm tier when
@@ -174,7 +174,7 @@
 // pinned nor in use, first those no plan will use again, least recently
 // used first (so a shard's shm copy goes first once its last use in an
 // epoch is past), then the planned ones whose next use is farthest. A
-// planner goroutine prefetches, at fetch.Plan priority, the objects the
+// planner goroutine prefetches, at object.Plan priority, the objects the
 // plans need next, as many bytes ahead of the readers as the measured fetch
 // and consumption rates call for (at most half the budget), never evicting
 // an object needed sooner than the one it brings in; it queues the next
@@ -212,5 +212,5 @@
 //
 // Conditions callers test: ErrLocked (with *LockedError naming the owner's
 // pid), ErrNoSpace, ErrClosed, ErrFormat, ErrNoShm, ErrNoPlan, and
-// fetch.ErrNotFound from Open.
+// object.ErrNotFound from Open.
 package tier

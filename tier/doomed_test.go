@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestEvictInUseIsPending(t *testing.T) {
@@ -61,7 +61,7 @@ func TestEvictInUseIsPending(t *testing.T) {
 // copy: no new handle is given on the doomed copy, not even by generation;
 // a fresh download is renamed over its path, and h's last Close must not
 // delete it.
-func refetchOverDoomed(t *testing.T, c *Cache, env *dirEnv, h *Handle, a fetch.Attrs, data []byte) {
+func refetchOverDoomed(t *testing.T, c *Cache, env *dirEnv, h *Handle, a object.Attrs, data []byte) {
 	t.Helper()
 	o := a.Object
 	h2 := openHandle(t, c, o, data, Disk)

@@ -10,9 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sys/unix"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // mountTmpfs mounts a tmpfs of the given size (like "8m") on a new
@@ -133,7 +132,7 @@ func TestDownloadENOSPCRetriedOnce(t *testing.T) {
 			openRead(t, c, obj("bkt", "old"), pattern(1, 5000))
 			env.put(t, "bkt", "obj", pattern(2, 5000))
 			var n int64
-			env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+			env.dl.before = func(ctx context.Context, a object.Attrs, u *object.Urgency) error {
 				if a.Name == "obj" && n < tt.failures {
 					n++
 					return fmt.Errorf("write: %w", syscall.ENOSPC)

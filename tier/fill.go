@@ -12,15 +12,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sys/unix"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // sharedUrgency is the urgency of one file's fill, shared by the callers
 // waiting on it (n of them) so a joining Demand raises a running Warm fill.
 type sharedUrgency struct {
-	u *fetch.Urgency
+	u *object.Urgency
 	n int
 }
 
@@ -34,7 +33,7 @@ type fillResult struct {
 // for it, and waits until it ends or ctx is done. joined reports that the
 // result came from another caller's fill. The fill runs on a context
 // detached from ctx, so a waiter giving up does not fail the others.
-func (c *Cache) share(ctx context.Context, a fetch.Attrs, p fetch.Priority) (r fillResult, joined bool, err error) {
+func (c *Cache) share(ctx context.Context, a object.Attrs, p object.Priority) (r fillResult, joined bool, err error) {
 	id := idOf(a.Bucket, a.Name, a.Generation)
 	u, leave := c.joinUrgency(id, p)
 	defer leave()
@@ -56,11 +55,11 @@ func (c *Cache) share(ctx context.Context, a fetch.Attrs, p fetch.Priority) (r f
 
 // joinUrgency returns the urgency shared by everyone waiting on id's fill,
 // raised to p; leave drops the caller from it.
-func (c *Cache) joinUrgency(id fileID, p fetch.Priority) (u *fetch.Urgency, leave func()) {
+func (c *Cache) joinUrgency(id fileID, p object.Priority) (u *object.Urgency, leave func()) {
 	c.mu.Lock()
 	s := c.urgencies[id]
 	if s == nil {
-		s = &sharedUrgency{u: fetch.NewUrgency(p)}
+		s = &sharedUrgency{u: object.NewUrgency(p)}
 		c.urgencies[id] = s
 	} else {
 		s.u.Raise(p)
@@ -82,7 +81,7 @@ func (c *Cache) joinUrgency(id fileID, p fetch.Priority) (u *fetch.Urgency, leav
 
 // runFill is the body of one shared fill. It runs on singleflight's
 // goroutine and is counted in c.running, so Close waits for it.
-func (c *Cache) runFill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (fillResult, error) {
+func (c *Cache) runFill(ctx context.Context, a object.Attrs, u *object.Urgency) (fillResult, error) {
 	end, err := c.begin()
 	if err != nil {
 		return fillResult{}, err
@@ -105,7 +104,7 @@ func (c *Cache) runFill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (f
 // findFile returns the live entry, or the zombie that may still be served,
 // holding o's generation, if any. Doomed zombies are never served: a fill
 // replaces their file (see claim).
-func (c *Cache) findFile(o fetch.Object) *entry {
+func (c *Cache) findFile(o object.Object) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.entries[indexKey(o.Bucket, o.Name)]; e != nil && e.rec.gen == o.Generation {
@@ -119,7 +118,7 @@ func (c *Cache) findFile(o fetch.Object) *entry {
 
 // fill reserves space, downloads a into a new file, publishes and indexes
 // it. If the filesystem is full it evicts to make room and tries once more.
-func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*entry, error) {
+func (c *Cache) fill(ctx context.Context, a object.Attrs, u *object.Urgency) (*entry, error) {
 	need := roundUp(a.Size, c.base.bsize)
 	if err := c.reserve(ctx, need, a); err != nil {
 		return nil, err
@@ -161,7 +160,7 @@ func (c *Cache) fill(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (*ent
 // download writes a into a temp file, fsyncs it, renames it into place and
 // fsyncs the directory: the data file either is complete or does not exist.
 // It returns the file's stat.
-func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (fs.FileInfo, error) {
+func (c *Cache) download(ctx context.Context, a object.Attrs, u *object.Urgency) (fs.FileInfo, error) {
 	f, err := createTemp(c.base.lay.tmp)
 	if err != nil {
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
@@ -196,7 +195,7 @@ func (c *Cache) download(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) (
 
 // writeTemp allocates, downloads and fsyncs one temp file and returns its
 // final stat.
-func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fetch.Urgency) (os.FileInfo, error) {
+func (c *Cache) writeTemp(ctx context.Context, f *os.File, a object.Attrs, u *object.Urgency) (os.FileInfo, error) {
 	if err := c.allocate(f, a.Size, c.base); err != nil {
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
@@ -217,7 +216,7 @@ func (c *Cache) writeTemp(ctx context.Context, f *os.File, a fetch.Attrs, u *fet
 		return nil, fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	if fi.Size() != a.Size {
-		return nil, fmt.Errorf("tier: fill %s: wrote %d bytes, want %d: %w", a.Object, fi.Size(), a.Size, fetch.ErrShortRead)
+		return nil, fmt.Errorf("tier: fill %s: wrote %d bytes, want %d: %w", a.Object, fi.Size(), a.Size, object.ErrShortRead)
 	}
 	return fi, nil
 }
@@ -254,7 +253,7 @@ func (c *Cache) allocate(f *os.File, size int64, s *store) error {
 // commit indexes a freshly published file and makes it live, replacing the
 // name's previous generation (kept as a zombie while handles use it) and
 // turning the reservation into used space.
-func (c *Cache) commit(a fetch.Attrs, fi fs.FileInfo, reservation int64) (*entry, error) {
+func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entry, error) {
 	now := time.Now().UnixNano()
 	e := newEntry(c.base, a, blocksOf(fi), identOfInfo(fi), now)
 	c.idxMu.Lock()

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // indexRecords reads every entry record of c's index.
@@ -33,7 +33,7 @@ func TestFlushWritesOnlyDirtyLiveEntries(t *testing.T) {
 	env := newDirEnv(t)
 	c := openCache(t, env.config(t.TempDir(), 0))
 	ctx := context.Background()
-	var objs []fetch.Object
+	var objs []object.Object
 	for i := range 4 {
 		a := env.put(t, "bkt", fmt.Sprintf("f/%d", i), pattern(i, 100+i))
 		objs = append(objs, a.Object)

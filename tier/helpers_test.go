@@ -17,6 +17,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -25,10 +26,10 @@ import (
 type countingDownloader struct {
 	dl     Downloader
 	calls  atomic.Int64
-	before func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error // set before use
+	before func(ctx context.Context, a object.Attrs, u *object.Urgency) error // set before use
 }
 
-func (d *countingDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
+func (d *countingDownloader) Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	d.calls.Add(1)
 	if d.before != nil {
 		if err := d.before(ctx, a, u); err != nil {
@@ -39,7 +40,7 @@ func (d *countingDownloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.Wr
 }
 
 // newDownloader returns a real fetch.Downloader over src with fast retries.
-func newDownloader(t testing.TB, src fetch.Source) *countingDownloader {
+func newDownloader(t testing.TB, src object.Source) *countingDownloader {
 	t.Helper()
 	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 256 << 10, Connections: 16, MaxAttempts: 2,
 		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
@@ -70,7 +71,7 @@ func newDirEnv(t testing.TB) *dirEnv {
 
 // put writes bucket/name (replacing it atomically) with a fresh, distinct
 // generation and returns its attributes.
-func (e *dirEnv) put(t testing.TB, bucket, name string, data []byte) fetch.Attrs {
+func (e *dirEnv) put(t testing.TB, bucket, name string, data []byte) object.Attrs {
 	t.Helper()
 	p := filepath.Join(e.root, bucket, filepath.FromSlash(name))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -88,7 +89,7 @@ func (e *dirEnv) put(t testing.TB, bucket, name string, data []byte) fetch.Attrs
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
-	a, err := e.src.Stat(context.Background(), fetch.Object{Bucket: bucket, Name: name})
+	a, err := e.src.Stat(context.Background(), object.Object{Bucket: bucket, Name: name})
 	if err != nil {
 		t.Fatalf("Stat(%s/%s): %v", bucket, name, err)
 	}
@@ -127,7 +128,7 @@ func checkInvariants(t testing.TB, c *Cache) {
 }
 
 // openRead opens o through the cache, checks its bytes and closes it.
-func openRead(t testing.TB, c *Cache, o fetch.Object, want []byte, opts ...OpenOption) fetch.Attrs {
+func openRead(t testing.TB, c *Cache, o object.Object, want []byte, opts ...OpenOption) object.Attrs {
 	t.Helper()
 	h, err := c.Open(context.Background(), o, opts...)
 	if err != nil {
@@ -157,7 +158,7 @@ func checkHandle(t testing.TB, h *Handle, want []byte) {
 func pattern(seed, n int) []byte { return emulator.Pattern(uint64(seed), n) }
 
 // obj names bucket/name at the live generation.
-func obj(bucket, name string) fetch.Object { return fetch.Object{Bucket: bucket, Name: name} }
+func obj(bucket, name string) object.Object { return object.Object{Bucket: bucket, Name: name} }
 
 // dataFiles lists the files under dir/data (relative paths), temp files too.
 func dataFiles(t testing.TB, dir string) []string {
@@ -179,7 +180,7 @@ func dataFiles(t testing.TB, dir string) []string {
 	return out
 }
 
-// memSource is an in-memory fetch.Source that accepts any name, for names
+// memSource is an in-memory object.Source that accepts any name, for names
 // the real sources refuse. Safe for concurrent use.
 type memSource struct {
 	mu   sync.Mutex
@@ -201,30 +202,30 @@ func (m *memSource) put(bucket, name string, data []byte) {
 	m.objs[indexKey(bucket, name)] = memObject{data: data, gen: m.gen}
 }
 
-func (m *memSource) Stat(_ context.Context, o fetch.Object) (fetch.Attrs, error) {
+func (m *memSource) Stat(_ context.Context, o object.Object) (object.Attrs, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.objs[indexKey(o.Bucket, o.Name)]
 	if !ok || (o.Generation != 0 && o.Generation != v.gen) {
-		return fetch.Attrs{}, fetch.ErrNotFound
+		return object.Attrs{}, object.ErrNotFound
 	}
-	return fetch.Attrs{Object: fetch.Object{Bucket: o.Bucket, Name: o.Name, Generation: v.gen},
+	return object.Attrs{Object: object.Object{Bucket: o.Bucket, Name: o.Name, Generation: v.gen},
 		Size: int64(len(v.data))}, nil
 }
 
-func (m *memSource) List(_ context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
-	return func(yield func(fetch.Attrs, error) bool) {}
+func (m *memSource) List(_ context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
+	return func(yield func(object.Attrs, error) bool) {}
 }
 
-func (m *memSource) NewRangeReader(_ context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (m *memSource) NewRangeReader(_ context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, ok := m.objs[indexKey(o.Bucket, o.Name)]
 	if !ok {
-		return nil, fetch.ErrNotFound
+		return nil, object.ErrNotFound
 	}
 	if v.gen != o.Generation {
-		return nil, fetch.ErrGenerationChanged
+		return nil, object.ErrGenerationChanged
 	}
 	end := min(off+n, int64(len(v.data)))
 	return io.NopCloser(bytes.NewReader(v.data[off:end])), nil

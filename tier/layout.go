@@ -12,9 +12,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sys/unix"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // Names inside the cache directory.
@@ -74,14 +73,14 @@ func splitKey(key string) (bucket, name string, ok bool) {
 
 // checkObject rejects names that cannot be cached: empty, a bucket with a NUL
 // (it would make keys ambiguous), or absurdly long.
-func checkObject(o fetch.Object) error {
+func checkObject(o object.Object) error {
 	switch {
 	case o.Bucket == "" || o.Name == "":
-		return fmt.Errorf("%s: empty bucket or object name: %w", o, fetch.ErrInvalidName)
+		return fmt.Errorf("%s: empty bucket or object name: %w", o, object.ErrInvalidName)
 	case strings.IndexByte(o.Bucket, 0) >= 0:
-		return fmt.Errorf("%q: NUL in bucket name: %w", o.Bucket, fetch.ErrInvalidName)
+		return fmt.Errorf("%q: NUL in bucket name: %w", o.Bucket, object.ErrInvalidName)
 	case len(o.Bucket)+len(o.Name) > maxKeyLen:
-		return fmt.Errorf("%s: name longer than %d bytes: %w", o.Bucket, maxKeyLen, fetch.ErrInvalidName)
+		return fmt.Errorf("%s: name longer than %d bytes: %w", o.Bucket, maxKeyLen, object.ErrInvalidName)
 	}
 	return nil
 }

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // entryState is where a copy is in its life.
@@ -79,7 +79,7 @@ type entry struct {
 }
 
 // newEntry returns a base entry for a freshly published file in st.
-func newEntry(st *store, a fetch.Attrs, blocks int64, ident fileIdent, now int64) *entry {
+func newEntry(st *store, a object.Attrs, blocks int64, ident fileIdent, now int64) *entry {
 	var updated int64
 	if !a.Updated.IsZero() {
 		updated = a.Updated.UnixNano()
@@ -92,9 +92,9 @@ func newEntry(st *store, a fetch.Attrs, blocks int64, ident fileIdent, now int64
 }
 
 // attrs returns the object's attributes (immutable fields only).
-func (e *entry) attrs() fetch.Attrs {
+func (e *entry) attrs() object.Attrs {
 	bucket, name, _ := splitKey(e.key)
-	a := fetch.Attrs{Object: fetch.Object{Bucket: bucket, Name: name, Generation: e.rec.gen},
+	a := object.Attrs{Object: object.Object{Bucket: bucket, Name: name, Generation: e.rec.gen},
 		Size: e.rec.size, CRC32C: e.rec.crc, HasCRC32C: e.rec.hasCRC}
 	if e.rec.updated != 0 {
 		a.Updated = time.Unix(0, e.rec.updated)
@@ -173,7 +173,7 @@ func (e *entry) lastUseLocked() int64 {
 // Entry describes one cached object. It is a snapshot.
 type Entry struct {
 	// Attrs are the cached generation's attributes.
-	Attrs fetch.Attrs
+	Attrs object.Attrs
 	// Tier is the fastest tier holding the object: Shm or Disk.
 	Tier Kind
 	// Pinned entries are never evicted to make room.

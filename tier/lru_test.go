@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // blockSize returns the block size of the filesystem holding dir.
@@ -159,7 +159,7 @@ func TestPrefetchTwiceTheBudgetStaysWithin(t *testing.T) {
 	cfg := env.config(dir, budget)
 	cfg.PrefetchParallelism = 8
 	c := openCache(t, cfg)
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for i := range n {
 		objs = append(objs, env.put(t, "bkt", fmt.Sprintf("shard-%02d", i), pattern(i, perObj)))
 	}
@@ -179,7 +179,7 @@ func TestPrefetchTwiceTheBudgetStaysWithin(t *testing.T) {
 			over = append(over, fmt.Sprintf("used %d + reserved %d > %d", st.UsedBytes, st.ReservedBytes, st.MaxBytes))
 		}
 	}
-	if err := c.Prefetch(context.Background(), objs, fetch.Warm, progress); err != nil {
+	if err := c.Prefetch(context.Background(), objs, object.Warm, progress); err != nil {
 		t.Fatalf("Prefetch: %v", err)
 	}
 	if len(over) > 0 {
@@ -199,11 +199,11 @@ func TestPrefetchTwiceTheBudgetStaysWithin(t *testing.T) {
 		t.Errorf("Stats() = %+v; want %d entries, %d evictions, %d used", st, n/2, n/2, budget)
 	}
 	// Prefetching what is cached fetches nothing.
-	var again []fetch.Attrs
+	var again []object.Attrs
 	for _, e := range c.Entries("bkt", "") {
 		again = append(again, e.Attrs)
 	}
-	if err := c.Prefetch(context.Background(), again, fetch.Warm, progress); err != nil {
+	if err := c.Prefetch(context.Background(), again, object.Warm, progress); err != nil {
 		t.Fatalf("Prefetch: %v", err)
 	}
 	if last.Cached != n/2 || last.BytesFetched != 0 {

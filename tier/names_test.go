@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // hostileGCSNames are valid GCS object names that are dangerous as paths.
@@ -74,11 +74,11 @@ func TestHostileNamesAnySource(t *testing.T) {
 		openRead(t, c, obj("bkt", name), pattern(i, 100+i))
 	}
 	checkConfined(t, parent, dir, before)
-	bad := []fetch.Object{{Bucket: "bkt", Name: ""}, {Bucket: "", Name: "x"}, {Bucket: "b\x00k", Name: "x"},
+	bad := []object.Object{{Bucket: "bkt", Name: ""}, {Bucket: "", Name: "x"}, {Bucket: "b\x00k", Name: "x"},
 		{Bucket: "bkt", Name: strings.Repeat("x", maxKeyLen)}}
 	for _, o := range bad {
-		if _, err := c.Open(context.Background(), o); !errors.Is(err, fetch.ErrInvalidName) {
-			t.Errorf("Open(%.40q) = %v; want fetch.ErrInvalidName", o.Bucket+"/"+o.Name, err)
+		if _, err := c.Open(context.Background(), o); !errors.Is(err, object.ErrInvalidName) {
+			t.Errorf("Open(%.40q) = %v; want object.ErrInvalidName", o.Bucket+"/"+o.Name, err)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // maxAttempts bounds how often Open and Prefetch start over when the object
@@ -28,13 +28,13 @@ func (e retryError) Unwrap() error { return e.err }
 // miss. With o.Generation == 0 it serves the live generation: a cached one
 // last confirmed longer ago than the revalidation interval (Config.Revalidate
 // or WithRevalidate) is checked with Source.Stat; a newer generation is
-// fetched and replaces it, a deleted object is dropped (fetch.ErrNotFound),
+// fetched and replaces it, a deleted object is dropped (object.ErrNotFound),
 // and if the check itself fails the cached copy is served and a warning
 // logged. With o.Generation != 0 exactly that generation is served.
 //
 // Concurrent Opens and Prefetches of one generation share one download.
 // The handle keeps the file from being evicted until it is closed.
-func (c *Cache) Open(ctx context.Context, o fetch.Object, opts ...OpenOption) (*Handle, error) {
+func (c *Cache) Open(ctx context.Context, o object.Object, opts ...OpenOption) (*Handle, error) {
 	if err := checkObject(o); err != nil {
 		return nil, fmt.Errorf("tier: open: %w", err)
 	}
@@ -76,7 +76,7 @@ type grant struct {
 }
 
 // openOnce is one attempt of Open.
-func (c *Cache) openOnce(ctx context.Context, o fetch.Object, oc openConfig) (*Handle, error) {
+func (c *Cache) openOnce(ctx context.Context, o object.Object, oc openConfig) (*Handle, error) {
 	if oc.noSpaceWait {
 		ctx = context.WithValue(ctx, noSpaceWaitKey{}, true)
 	}
@@ -97,7 +97,7 @@ func (c *Cache) openOnce(ctx context.Context, o fetch.Object, oc openConfig) (*H
 }
 
 // lookup finds o in memory. On a hit it acquires the best copy.
-func (c *Cache) lookup(o fetch.Object, reval time.Duration) (grant, int64, lookupState) {
+func (c *Cache) lookup(o object.Object, reval time.Duration) (grant, int64, lookupState) {
 	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -142,13 +142,13 @@ func (c *Cache) acquireLocked(e *entry, now int64) grant {
 }
 
 // revalidate checks a cached generation against the source.
-func (c *Cache) revalidate(ctx context.Context, o fetch.Object, gen int64) (*Handle, error) {
+func (c *Cache) revalidate(ctx context.Context, o object.Object, gen int64) (*Handle, error) {
 	c.mu.Lock()
 	c.stats.revalidations++
 	c.mu.Unlock()
 	a, err := c.cfg.src.Stat(ctx, o)
 	switch {
-	case errors.Is(err, fetch.ErrNotFound):
+	case errors.Is(err, object.ErrNotFound):
 		c.dropGen(o.Bucket, o.Name, gen)
 		return nil, fmt.Errorf("tier: open %s: %w", o, err)
 	case err != nil && ctx.Err() != nil:
@@ -165,7 +165,7 @@ func (c *Cache) revalidate(ctx context.Context, o fetch.Object, gen int64) (*Han
 
 // openGen opens the cached entry of o if it still holds generation gen;
 // confirmed records that the source just confirmed gen.
-func (c *Cache) openGen(o fetch.Object, gen int64, confirmed bool) (*Handle, error) {
+func (c *Cache) openGen(o object.Object, gen int64, confirmed bool) (*Handle, error) {
 	now := time.Now().UnixNano()
 	c.mu.Lock()
 	e := c.entries[indexKey(o.Bucket, o.Name)]
@@ -186,12 +186,12 @@ func (c *Cache) openGen(o fetch.Object, gen int64, confirmed bool) (*Handle, err
 }
 
 // fetchAndOpen fills the cache with a (a demand fetch) and opens it.
-func (c *Cache) fetchAndOpen(ctx context.Context, o fetch.Object, a fetch.Attrs) (*Handle, error) {
+func (c *Cache) fetchAndOpen(ctx context.Context, o object.Object, a object.Attrs) (*Handle, error) {
 	c.mu.Lock()
 	c.stats.misses++
 	c.mu.Unlock()
-	r, joined, err := c.share(ctx, a, fetch.Demand)
-	if errors.Is(err, fetch.ErrGenerationChanged) && o.Generation == 0 {
+	r, joined, err := c.share(ctx, a, object.Demand)
+	if errors.Is(err, object.ErrGenerationChanged) && o.Generation == 0 {
 		return nil, retryError{err}
 	}
 	if joined && errors.Is(err, errWouldWait) && ctx.Value(noSpaceWaitKey{}) == nil {
@@ -340,7 +340,7 @@ type Handle struct {
 	c      *Cache
 	e      *entry // the copy: a base entry or a hot copy
 	f      *os.File
-	attrs  fetch.Attrs
+	attrs  object.Attrs
 	path   string
 	stale  *atomic.Bool
 	closed atomic.Bool
@@ -349,7 +349,7 @@ type Handle struct {
 var _ io.ReaderAt = (*Handle)(nil)
 
 // Attrs returns the attributes of the generation the handle holds.
-func (h *Handle) Attrs() fetch.Attrs { return h.attrs }
+func (h *Handle) Attrs() object.Attrs { return h.attrs }
 
 // Path returns the cached file's path, valid until Close. The file must not
 // be modified. If the copy leaves the cache and the same generation is

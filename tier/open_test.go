@@ -15,6 +15,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // gcsEnv is the in-process GCS emulator with a real GCS source and downloader.
@@ -137,8 +138,8 @@ func TestRevalidateDeletedObject(t *testing.T) {
 	env.delete(t, "obj")
 	openRead(t, c, obj("bkt", "obj"), pattern(1, 100)) // not yet revalidated
 	_, err := c.Open(context.Background(), obj("bkt", "obj"), WithRevalidate(0))
-	if !errors.Is(err, fetch.ErrNotFound) {
-		t.Fatalf("Open(deleted) = %v; want fetch.ErrNotFound", err)
+	if !errors.Is(err, object.ErrNotFound) {
+		t.Fatalf("Open(deleted) = %v; want object.ErrNotFound", err)
 	}
 	if _, ok := c.Lookup("bkt", "obj"); ok {
 		t.Errorf("entry of a deleted object still cached")
@@ -151,15 +152,15 @@ func TestRevalidateDeletedObject(t *testing.T) {
 
 // flakySource fails Stat while fail is set.
 type flakySource struct {
-	fetch.Source
+	object.Source
 	fail atomic.Bool
 }
 
 var errFlaky = errors.New("flaky: service unavailable")
 
-func (f *flakySource) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) {
+func (f *flakySource) Stat(ctx context.Context, o object.Object) (object.Attrs, error) {
 	if f.fail.Load() {
-		return fetch.Attrs{}, errFlaky
+		return object.Attrs{}, errFlaky
 	}
 	return f.Source.Stat(ctx, o)
 }
@@ -214,7 +215,7 @@ type gate struct {
 
 func installGate(c *Cache, dl *countingDownloader) *gate {
 	g := &gate{release: make(chan struct{}), joined: make(chan int, 100), arrived: make(chan string, 100)}
-	dl.before = func(ctx context.Context, a fetch.Attrs, _ *fetch.Urgency) error {
+	dl.before = func(ctx context.Context, a object.Attrs, _ *object.Urgency) error {
 		select {
 		case g.arrived <- a.Name:
 		default:
@@ -328,7 +329,7 @@ func TestGenerationChangedDuringDownload(t *testing.T) {
 	v1, v2 := pattern(1, 40000), pattern(2, 30000)
 	env.put(t, "bkt", "obj", v1)
 	var once sync.Once
-	env.dl.before = func(context.Context, fetch.Attrs, *fetch.Urgency) error {
+	env.dl.before = func(context.Context, object.Attrs, *object.Urgency) error {
 		once.Do(func() { env.put(t, "bkt", "obj", v2) }) // overwritten mid-download
 		return nil
 	}

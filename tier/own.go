@@ -1,6 +1,6 @@
 package tier
 
-import "github.com/cacheagent/cacheagent/fetch"
+import "github.com/cacheagent/cacheagent/object"
 
 // ownScan bounds how many copies, from the least recently used end, an
 // eviction looks through for copies the cache does not own before it
@@ -10,8 +10,8 @@ const ownScan = 4096
 // ownership is what the cache owns for its fleet: the copies it keeps
 // first. Guarded by Cache.mu.
 type ownership struct {
-	owns func(fetch.Attrs) bool // nil: no preference
-	ver  uint32                 // bumped by each SetOwnership; entries cache their answer by it
+	owns func(object.Attrs) bool // nil: no preference
+	ver  uint32                  // bumped by each SetOwnership; entries cache their answer by it
 }
 
 // SetOwnership tells the cache which objects it owns for a fleet: owns
@@ -24,7 +24,7 @@ type ownership struct {
 // copy's answer is cached until then. owns runs holding the cache's lock,
 // so it must be quick and must not call the cache; nil removes the
 // preference.
-func (c *Cache) SetOwnership(owns func(fetch.Attrs) bool) {
+func (c *Cache) SetOwnership(owns func(object.Attrs) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := &c.base.own

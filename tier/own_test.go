@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // ownsPrefix is an ownership that owns the objects under "own/".
-func ownsPrefix(a fetch.Attrs) bool { return strings.HasPrefix(a.Name, "own/") }
+func ownsPrefix(a object.Attrs) bool { return strings.HasPrefix(a.Name, "own/") }
 
 // TestOwnershipEvictsUnownedFirst fills a cache of three objects with two
 // owned and one unowned copy, the owned ones least recently used: new
@@ -45,7 +45,7 @@ func TestOwnershipEvictsUnownedFirst(t *testing.T) {
 // ownedWithPlan opens a cache with room for three objects that owns
 // "own/…", puts names, opens the first three in order, and announces a
 // plan of the objects at the planned indexes once the planner is idle.
-func ownedWithPlan(t *testing.T, names []string, planned ...int) (*Cache, []fetch.Object) {
+func ownedWithPlan(t *testing.T, names []string, planned ...int) (*Cache, []object.Object) {
 	t.Helper()
 	e := newDirEnv(t)
 	c := openCache(t, e.config(t.TempDir(), 3*objSize))
@@ -53,7 +53,7 @@ func ownedWithPlan(t *testing.T, names []string, planned ...int) (*Cache, []fetc
 	c.SetOwnership(ownsPrefix)
 	o := e.putObjects(t, names...)
 	touch(t, c, o[:3]...)
-	var plan []fetch.Object
+	var plan []object.Object
 	for _, i := range planned {
 		plan = append(plan, o[i])
 	}
@@ -72,7 +72,7 @@ func TestOwnershipWithPlans(t *testing.T) {
 	if got := residents(c, "own/a", "x", "p", "q"); !got["own/a"] || got["x"] || !got["p"] || !got["q"] {
 		t.Errorf("cached %v; want x evicted: unplanned and not owned", got)
 	}
-	c.SetOwnership(func(a fetch.Attrs) bool { return a.Name == "q" }) // ownership moved
+	c.SetOwnership(func(a object.Attrs) bool { return a.Name == "q" }) // ownership moved
 	touch(t, c, o[1])
 	if got := residents(c, "own/a", "x", "p", "q"); got["own/a"] || !got["x"] || !got["p"] || !got["q"] {
 		t.Errorf("after ownership moved: cached %v; want own/a evicted (no longer owned)", got)

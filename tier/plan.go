@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/plan"
 	"github.com/cacheagent/cacheagent/stats"
 )
@@ -84,13 +84,13 @@ type reader struct {
 // generation pins it), how many plans hold it, its size if known, and
 // whether it was opened since a plan holding it was last announced.
 type planned struct {
-	obj    fetch.Object
+	obj    object.Object
 	refs   int
 	size   int64
 	opened bool
 	// listed is the object as its directory's listing (started at
 	// listedAt) gave it; zero if not listed.
-	listed   fetch.Attrs
+	listed   object.Attrs
 	listedAt time.Time
 }
 
@@ -124,7 +124,7 @@ func (p *plans) notify() {
 // the plans need next, as far ahead as the measured fetch and consumption
 // rates call for (never displacing an object needed sooner), and queues
 // the next few cached ones for promotion to the shm tier.
-func (c *Cache) Plan(ctx context.Context, id string, objs []fetch.Object) error {
+func (c *Cache) Plan(ctx context.Context, id string, objs []object.Object) error {
 	keys := make([]string, len(objs))
 	for i, o := range objs {
 		if err := checkObject(o); err != nil {
@@ -312,7 +312,7 @@ func (c *Cache) PlanStats() stats.Plan {
 // a prefix. It returns how many it copied and the failures joined
 // (ErrNoSpace for those that do not fit); without a shm tier it returns
 // ErrNoShm.
-func (c *Cache) PromoteObjects(ctx context.Context, objs []fetch.Object) (int, error) {
+func (c *Cache) PromoteObjects(ctx context.Context, objs []object.Object) (int, error) {
 	end, err := c.begin()
 	if err != nil {
 		return 0, err
@@ -327,22 +327,22 @@ func (c *Cache) PromoteObjects(ctx context.Context, objs []fetch.Object) (int, e
 // FetchObjects makes sure every one of objs is cached, downloading what is
 // missing at priority p, as Prefetch does. An object with a Generation is
 // cached at exactly that generation (stat'ed first unless cached at it).
-func (c *Cache) FetchObjects(ctx context.Context, objs []fetch.Object, p fetch.Priority) error {
+func (c *Cache) FetchObjects(ctx context.Context, objs []object.Object, p object.Priority) error {
 	return c.fetchObjects(ctx, objs, p, nil)
 }
 
 // fetchObjects is FetchObjects with Prefetch's progress callback.
-func (c *Cache) fetchObjects(ctx context.Context, objs []fetch.Object, p fetch.Priority, progress func(Progress)) error {
+func (c *Cache) fetchObjects(ctx context.Context, objs []object.Object, p object.Priority, progress func(Progress)) error {
 	var errs []error
-	as := make([]fetch.Attrs, 0, len(objs))
+	as := make([]object.Attrs, 0, len(objs))
 	for _, o := range objs {
 		if o.Generation == 0 {
-			as = append(as, fetch.Attrs{Object: o}) // Prefetch stats it
+			as = append(as, object.Attrs{Object: o}) // Prefetch stats it
 			continue
 		}
 		c.mu.Lock()
 		e := c.entries[indexKey(o.Bucket, o.Name)]
-		var a fetch.Attrs
+		var a object.Attrs
 		if e != nil && e.rec.gen == o.Generation {
 			a = e.attrs()
 		}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // objSize is the size of the test objects: a whole number of blocks, so
@@ -33,9 +33,9 @@ func (l *hookLog) awaitIdle(t testing.TB) {
 }
 
 // putObjects writes bkt/name for each name, objSize bytes each.
-func (e *dirEnv) putObjects(t testing.TB, names ...string) []fetch.Object {
+func (e *dirEnv) putObjects(t testing.TB, names ...string) []object.Object {
 	t.Helper()
-	var out []fetch.Object
+	var out []object.Object
 	for i, n := range names {
 		e.put(t, "bkt", n, pattern(i+1, objSize))
 		out = append(out, obj("bkt", n))
@@ -54,7 +54,7 @@ func residents(c *Cache, names ...string) map[string]bool {
 
 // touch opens and closes each object, in order (so the last is the most
 // recently used).
-func touch(t testing.TB, c *Cache, os ...fetch.Object) {
+func touch(t testing.TB, c *Cache, os ...object.Object) {
 	t.Helper()
 	for _, o := range os {
 		h, err := c.Open(context.Background(), o)
@@ -71,7 +71,7 @@ func TestPlanEvictsFarthestNextUse(t *testing.T) {
 	hooks := planHooks(c)
 	o := e.putObjects(t, "a", "b", "c", "d", "e")
 	touch(t, c, o[2], o[0], o[1]) // LRU order: c, a, b
-	if err := c.Plan(context.Background(), "p", []fetch.Object{o[1], o[2], o[0]}); err != nil {
+	if err := c.Plan(context.Background(), "p", []object.Object{o[1], o[2], o[0]}); err != nil {
 		t.Fatal(err)
 	}
 	hooks.awaitIdle(t) // everything planned is cached: nothing to prefetch
@@ -107,7 +107,7 @@ func TestPlanNeverEvictsPinnedOrInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if err := c.Plan(context.Background(), "p", []fetch.Object{o[2]}); err != nil {
+	if err := c.Plan(context.Background(), "p", []object.Object{o[2]}); err != nil {
 		t.Fatal(err)
 	}
 	hooks.awaitIdle(t)
@@ -241,7 +241,7 @@ func TestPlanShmCopyGoesAfterLastUse(t *testing.T) {
 		t.Fatalf("PromoteObjects(a, b) = %d, %v", n, err)
 	}
 	touch(t, c, o[0], o[1]) // in shm, a is now the least recently used
-	if err := c.Plan(ctx, "p", []fetch.Object{o[0], o[1], o[2], o[0]}); err != nil {
+	if err := c.Plan(ctx, "p", []object.Object{o[0], o[1], o[2], o[0]}); err != nil {
 		t.Fatal(err)
 	}
 	hooks.awaitIdle(t)
@@ -268,8 +268,8 @@ func TestPlanErrors(t *testing.T) {
 	if err := c.DropPlan(ctx, "nope"); !errors.Is(err, ErrNoPlan) {
 		t.Errorf("DropPlan(unknown) = %v; want ErrNoPlan", err)
 	}
-	if err := c.Plan(ctx, "p", []fetch.Object{{Bucket: "bkt"}}); !errors.Is(err, fetch.ErrInvalidName) {
-		t.Errorf("Plan(no name) = %v; want fetch.ErrInvalidName", err)
+	if err := c.Plan(ctx, "p", []object.Object{{Bucket: "bkt"}}); !errors.Is(err, object.ErrInvalidName) {
+		t.Errorf("Plan(no name) = %v; want object.ErrInvalidName", err)
 	}
 	if _, err := c.PromoteObjects(ctx, nil); !errors.Is(err, ErrNoShm) {
 		t.Errorf("PromoteObjects without shm = %v; want ErrNoShm", err)
@@ -308,18 +308,18 @@ func TestFetchObjectsPinsGeneration(t *testing.T) {
 	c := openCache(t, e.config(t.TempDir(), 0))
 	a := e.put(t, "bkt", "g", pattern(3, objSize))
 	ctx := context.Background()
-	if err := c.FetchObjects(ctx, []fetch.Object{a.Object}, fetch.Demand); err != nil {
+	if err := c.FetchObjects(ctx, []object.Object{a.Object}, object.Demand); err != nil {
 		t.Fatalf("FetchObjects(%s): %v", a.Object, err)
 	}
 	if en, ok := c.Lookup("bkt", "g"); !ok || en.Attrs.Generation != a.Generation || en.Attrs.Size != objSize {
 		t.Errorf("Lookup = %+v, %v; want generation %d of %d bytes", en, ok, a.Generation, objSize)
 	}
-	if err := c.FetchObjects(ctx, []fetch.Object{a.Object}, fetch.Demand); err != nil {
+	if err := c.FetchObjects(ctx, []object.Object{a.Object}, object.Demand); err != nil {
 		t.Errorf("FetchObjects of a cached generation: %v", err)
 	}
 	gone := a.Object
 	gone.Generation++
-	if err := c.FetchObjects(ctx, []fetch.Object{gone}, fetch.Demand); !errors.Is(err, fetch.ErrNotFound) {
-		t.Errorf("FetchObjects(missing generation) = %v; want fetch.ErrNotFound", err)
+	if err := c.FetchObjects(ctx, []object.Object{gone}, object.Demand); !errors.Is(err, object.ErrNotFound) {
+		t.Errorf("FetchObjects(missing generation) = %v; want object.ErrNotFound", err)
 	}
 }

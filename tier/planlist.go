@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // The planner learns planned objects' attributes (generation, size,
@@ -54,7 +54,7 @@ func dirOf(name string) string { return name[:strings.LastIndexByte(name, '/')+1
 
 // addDirLocked counts a newly planned object in its directory; dropDirLocked
 // uncounts it.
-func (p *plans) addDirLocked(o fetch.Object) {
+func (p *plans) addDirLocked(o object.Object) {
 	dk := indexKey(o.Bucket, dirOf(o.Name))
 	d := p.dirs[dk]
 	if d == nil {
@@ -64,7 +64,7 @@ func (p *plans) addDirLocked(o fetch.Object) {
 	d.planned++
 }
 
-func (p *plans) dropDirLocked(o fetch.Object) {
+func (p *plans) dropDirLocked(o object.Object) {
 	dk := indexKey(o.Bucket, dirOf(o.Name))
 	if d := p.dirs[dk]; d != nil {
 		if d.planned--; d.planned <= 0 {
@@ -85,7 +85,7 @@ type planListing struct {
 // startListingsLocked returns the listings to start before fetching todo:
 // the directories holding at least planListMin planned objects that were
 // never listed, or not for planListTTL. It marks them listed now.
-func (p *plans) startListingsLocked(todo []fetch.Object, now time.Time) []planListing {
+func (p *plans) startListingsLocked(todo []object.Object, now time.Time) []planListing {
 	var out []planListing
 	for _, o := range todo {
 		dir := dirOf(o.Name)
@@ -108,7 +108,7 @@ func (c *Cache) listPlanDir(ctx context.Context, l planListing) {
 	firstDone := func() { once.Do(func() { close(l.first) }) }
 	defer firstDone()
 	limit := 2*l.want + planListSlack
-	batch := make([]fetch.Attrs, 0, planListBatch)
+	batch := make([]object.Attrs, 0, planListBatch)
 	n := 0
 	for a, err := range c.cfg.src.List(ctx, l.bucket, l.dir) {
 		if err != nil {
@@ -135,7 +135,7 @@ func (c *Cache) listPlanDir(ctx context.Context, l planListing) {
 
 // applyListed records the listed attributes of the planned objects among
 // as, listed at time at.
-func (c *Cache) applyListed(as []fetch.Attrs, at time.Time) {
+func (c *Cache) applyListed(as []object.Attrs, at time.Time) {
 	if len(as) == 0 {
 		return
 	}
@@ -159,36 +159,36 @@ func (c *Cache) applyListed(as []fetch.Attrs, at time.Time) {
 // for the first page of its directory's listing if one is running; false
 // if there are none (not listed, listed too long ago, or at another
 // generation than o pins).
-func (c *Cache) listedAttrs(ctx context.Context, o fetch.Object) (fetch.Attrs, bool) {
+func (c *Cache) listedAttrs(ctx context.Context, o object.Object) (object.Attrs, bool) {
 	k := indexKey(o.Bucket, o.Name)
-	lookup := func() (fetch.Attrs, <-chan struct{}) {
+	lookup := func() (object.Attrs, <-chan struct{}) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		p := c.plans
 		pl, ok := p.objects[k]
 		if !ok {
-			return fetch.Attrs{}, nil
+			return object.Attrs{}, nil
 		}
 		if a := pl.listed; a.Generation != 0 && time.Since(pl.listedAt) < planListTTL &&
 			(o.Generation == 0 || o.Generation == a.Generation) {
 			return a, nil
 		}
 		if d := p.dirs[indexKey(o.Bucket, dirOf(o.Name))]; d != nil && d.firstPage != nil {
-			return fetch.Attrs{}, d.firstPage
+			return object.Attrs{}, d.firstPage
 		}
-		return fetch.Attrs{}, nil
+		return object.Attrs{}, nil
 	}
 	a, wait := lookup()
 	if a.Generation != 0 {
 		return a, true
 	}
 	if wait == nil {
-		return fetch.Attrs{}, false
+		return object.Attrs{}, false
 	}
 	select {
 	case <-wait:
 	case <-ctx.Done():
-		return fetch.Attrs{}, false
+		return object.Attrs{}, false
 	}
 	a, _ = lookup()
 	return a, a.Generation != 0

@@ -10,26 +10,26 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // listingSource counts a source's Stat and List calls; stale, if set,
 // is what List yields instead of listing.
 type listingSource struct {
-	fetch.Source
+	object.Source
 	mu           sync.Mutex
 	stats, lists int
-	stale        []fetch.Attrs
+	stale        []object.Attrs
 }
 
-func (s *listingSource) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) {
+func (s *listingSource) Stat(ctx context.Context, o object.Object) (object.Attrs, error) {
 	s.mu.Lock()
 	s.stats++
 	s.mu.Unlock()
 	return s.Source.Stat(ctx, o)
 }
 
-func (s *listingSource) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
+func (s *listingSource) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
 	s.mu.Lock()
 	s.lists++
 	stale := s.stale
@@ -37,7 +37,7 @@ func (s *listingSource) List(ctx context.Context, bucket, prefix string) iter.Se
 	if stale == nil {
 		return s.Source.List(ctx, bucket, prefix)
 	}
-	return func(yield func(fetch.Attrs, error) bool) {
+	return func(yield func(object.Attrs, error) bool) {
 		for _, a := range stale {
 			if !yield(a, nil) {
 				return
@@ -98,7 +98,7 @@ func TestPlannerListedGenerationGone(t *testing.T) {
 	for i := range planListMin {
 		names = append(names, fmt.Sprintf("d/%d", i))
 	}
-	var old []fetch.Attrs
+	var old []object.Attrs
 	for i, n := range names {
 		old = append(old, e.put(t, "bkt", n, pattern(i+1, objSize)))
 	}
@@ -112,7 +112,7 @@ func TestPlannerListedGenerationGone(t *testing.T) {
 	cfg.Source = src
 	c := openCache(t, cfg)
 	hooks := planHooks(c)
-	var objs []fetch.Object
+	var objs []object.Object
 	for _, n := range names {
 		objs = append(objs, obj("bkt", n))
 	}

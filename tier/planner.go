@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/plan"
 )
 
@@ -98,24 +98,24 @@ func (c *Cache) planLoop() {
 
 // planResult is how one of the planner's fetches went.
 type planResult struct {
-	obj     fetch.Object
+	obj     object.Object
 	fetched int64 // bytes downloaded
 	err     error
 }
 
 // planFetch fetches o at plan priority: by its listed attributes where
 // its directory was listed (see planlist.go), else as FetchObjects does.
-func (c *Cache) planFetch(ctx context.Context, o fetch.Object) planResult {
+func (c *Cache) planFetch(ctx context.Context, o object.Object) planResult {
 	r := planResult{obj: o}
 	progress := func(pr Progress) { r.fetched = pr.BytesFetched }
 	if a, ok := c.listedAttrs(ctx, o); ok {
 		c.mu.Lock()
 		c.plans.stats.Listed++
 		c.mu.Unlock()
-		r.err = c.Prefetch(ctx, []fetch.Attrs{a}, fetch.Plan, progress)
+		r.err = c.Prefetch(ctx, []object.Attrs{a}, object.Plan, progress)
 		return r
 	}
-	r.err = c.fetchObjects(ctx, []fetch.Object{o}, fetch.Plan, progress)
+	r.err = c.fetchObjects(ctx, []object.Object{o}, object.Plan, progress)
 	return r
 }
 
@@ -171,7 +171,7 @@ func (c *Cache) downloadStarted() (end func(bytes int64)) {
 // covered, the missing ones that fit without evicting anything needed
 // sooner (at most max). Cached ones near the readers are queued for
 // promotion.
-func (c *Cache) planNextLocked(max int) []fetch.Object {
+func (c *Cache) planNextLocked(max int) []object.Object {
 	p := c.plans
 	if p.idx.Plans() == 0 {
 		return nil
@@ -183,7 +183,7 @@ func (c *Cache) planNextLocked(max int) []fetch.Object {
 		cands []plan.Candidate[string] // evictable copies with their Next; set on first need
 		taken int64                    // bytes of them counted as evicted already
 		held  int64                    // bytes (or objects, while no size is known) of lookahead covered
-		todo  []fetch.Object
+		todo  []object.Object
 	)
 	for k, d := range p.idx.Upcoming() {
 		if held >= ahead || len(todo) == max {

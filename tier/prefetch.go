@@ -7,9 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // Progress reports a Prefetch's advance. Byte counts are object sizes.
@@ -36,7 +35,7 @@ type Progress struct {
 //
 // Prefetch keeps going past per-object failures and returns them joined;
 // it stops early when the cache has no space left (ErrNoSpace) or ctx ends.
-func (c *Cache) Prefetch(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, progress func(Progress)) error {
+func (c *Cache) Prefetch(ctx context.Context, objs []object.Attrs, p object.Priority, progress func(Progress)) error {
 	return c.PrefetchWindow(ctx, objs, p, 0, progress)
 }
 
@@ -46,7 +45,7 @@ func (c *Cache) Prefetch(ctx context.Context, objs []fetch.Attrs, p fetch.Priori
 // come from owners that fill them first, and the fewer it asks for at
 // once, the sooner the first ones are done and cross the peer links while
 // the owners fill the next (see daemon.prefetchObjects).
-func (c *Cache) PrefetchWindow(ctx context.Context, objs []fetch.Attrs, p fetch.Priority, window int, progress func(Progress)) error {
+func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p object.Priority, window int, progress func(Progress)) error {
 	if window <= 0 || window > c.cfg.parallelism {
 		window = c.cfg.parallelism
 	}
@@ -87,7 +86,7 @@ func (c *Cache) PrefetchWindow(ctx context.Context, objs []fetch.Attrs, p fetch.
 
 // prefetchOne caches one object, returning the bytes it downloaded and
 // whether it was already cached.
-func (c *Cache) prefetchOne(ctx context.Context, a fetch.Attrs, p fetch.Priority) (int64, bool, error) {
+func (c *Cache) prefetchOne(ctx context.Context, a object.Attrs, p object.Priority) (int64, bool, error) {
 	if err := checkObject(a.Object); err != nil {
 		return 0, false, fmt.Errorf("tier: prefetch: %w", err)
 	}
@@ -105,7 +104,7 @@ func (c *Cache) prefetchOne(ctx context.Context, a fetch.Attrs, p fetch.Priority
 		var r fillResult
 		var joined bool
 		r, joined, err = c.share(ctx, a, p)
-		if !errors.Is(err, fetch.ErrGenerationChanged) {
+		if !errors.Is(err, object.ErrGenerationChanged) {
 			if joined { // another caller's download: not ours to count
 				return 0, false, err
 			}
@@ -118,7 +117,7 @@ func (c *Cache) prefetchOne(ctx context.Context, a fetch.Attrs, p fetch.Priority
 
 // touchIfCached reports whether a's generation (or a newer one) is cached,
 // and if so records a use of it.
-func (c *Cache) touchIfCached(a fetch.Attrs) bool {
+func (c *Cache) touchIfCached(a object.Attrs) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := c.entries[indexKey(a.Bucket, a.Name)]
@@ -146,7 +145,7 @@ func (r *prefetchRun) report() {
 }
 
 // done records one finished object and reports.
-func (r *prefetchRun) done(a fetch.Attrs, fetched int64, cached bool, err error) {
+func (r *prefetchRun) done(a object.Attrs, fetched int64, cached bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.p.ObjectsDone++

@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestPrefetchKeepsGoingPastFailures(t *testing.T) {
@@ -15,12 +15,12 @@ func TestPrefetchKeepsGoingPastFailures(t *testing.T) {
 	c := openCache(t, env.config(t.TempDir(), 1<<20))
 	a := env.put(t, "bkt", "a", pattern(1, 1000))
 	b := env.put(t, "bkt", "b", pattern(2, 2000))
-	missing := fetch.Attrs{Object: fetch.Object{Bucket: "bkt", Name: "missing", Generation: 5}, Size: 10}
-	live := fetch.Attrs{Object: obj("bkt", "b")} // generation 0: stat'ed first
-	bad := fetch.Attrs{Object: obj("bkt", "")}
+	missing := object.Attrs{Object: object.Object{Bucket: "bkt", Name: "missing", Generation: 5}, Size: 10}
+	live := object.Attrs{Object: obj("bkt", "b")} // generation 0: stat'ed first
+	bad := object.Attrs{Object: obj("bkt", "")}
 	var last Progress
-	err := c.Prefetch(context.Background(), []fetch.Attrs{a, missing, bad, b, live}, fetch.Plan, func(p Progress) { last = p })
-	if !errors.Is(err, fetch.ErrNotFound) || !errors.Is(err, fetch.ErrInvalidName) {
+	err := c.Prefetch(context.Background(), []object.Attrs{a, missing, bad, b, live}, object.Plan, func(p Progress) { last = p })
+	if !errors.Is(err, object.ErrNotFound) || !errors.Is(err, object.ErrInvalidName) {
 		t.Errorf("Prefetch = %v; want the joined ErrNotFound and ErrInvalidName", err)
 	}
 	if last.ObjectsDone != 5 || last.Failed != 2 || last.BytesFetched != 3000 {
@@ -29,7 +29,7 @@ func TestPrefetchKeepsGoingPastFailures(t *testing.T) {
 	if got := cached(c); len(got) != 2 {
 		t.Errorf("cached = %q; want a and b", got)
 	}
-	if err := c.Prefetch(context.Background(), nil, fetch.Plan, nil); err != nil {
+	if err := c.Prefetch(context.Background(), nil, object.Plan, nil); err != nil {
 		t.Errorf("Prefetch(nil) = %v", err)
 	}
 }
@@ -42,7 +42,7 @@ func TestPrefetchStopsWhenFull(t *testing.T) {
 	cfg.PrefetchParallelism = 1
 	c := openCache(t, cfg)
 	ctx := context.Background()
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for i, name := range []string{"a", "b", "c", "d", "e"} {
 		objs = append(objs, env.put(t, "bkt", name, pattern(i, int(size))))
 	}
@@ -56,7 +56,7 @@ func TestPrefetchStopsWhenFull(t *testing.T) {
 	}
 	defer h.Close()
 	var last Progress
-	err = c.Prefetch(ctx, objs, fetch.Warm, func(p Progress) { last = p })
+	err = c.Prefetch(ctx, objs, object.Warm, func(p Progress) { last = p })
 	if !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Prefetch into a cache full of pinned and open entries = %v; want ErrNoSpace", err)
 	}
@@ -71,7 +71,7 @@ func TestPrefetchContextCancelled(t *testing.T) {
 	a := env.put(t, "bkt", "a", pattern(1, 1000))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := c.Prefetch(ctx, []fetch.Attrs{a}, fetch.Warm, nil); !errors.Is(err, context.Canceled) {
+	if err := c.Prefetch(ctx, []object.Attrs{a}, object.Warm, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Prefetch(cancelled) = %v; want context.Canceled", err)
 	}
 }
@@ -81,17 +81,17 @@ func TestDemandRaisesPrefetchUrgency(t *testing.T) {
 	c := openCache(t, env.config(t.TempDir(), 1<<20))
 	a := env.put(t, "bkt", "obj", pattern(1, 1000))
 	g := installGate(c, env.dl)
-	urgency := make(chan *fetch.Urgency, 1)
+	urgency := make(chan *object.Urgency, 1)
 	gated := env.dl.before
-	env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+	env.dl.before = func(ctx context.Context, a object.Attrs, u *object.Urgency) error {
 		urgency <- u
 		return gated(ctx, a, u)
 	}
 	var wg sync.WaitGroup
 	var perr error
-	wg.Go(func() { perr = c.Prefetch(context.Background(), []fetch.Attrs{a}, fetch.Warm, nil) })
+	wg.Go(func() { perr = c.Prefetch(context.Background(), []object.Attrs{a}, object.Warm, nil) })
 	u := <-urgency
-	if got := u.Level(); got != fetch.Warm {
+	if got := u.Level(); got != object.Warm {
 		t.Errorf("prefetch urgency = %v; want warm", got)
 	}
 	wg.Go(func() {
@@ -103,7 +103,7 @@ func TestDemandRaisesPrefetchUrgency(t *testing.T) {
 		h.Close()
 	})
 	g.await(t, 2)
-	if got := u.Level(); got != fetch.Demand {
+	if got := u.Level(); got != object.Demand {
 		t.Errorf("urgency after a demand joined = %v; want demand", got)
 	}
 	close(g.release)
@@ -121,14 +121,14 @@ func TestDemandRaisesPrefetchUrgency(t *testing.T) {
 func TestPrefetchWindow(t *testing.T) {
 	env := newDirEnv(t)
 	c := openCache(t, env.config(t.TempDir(), 1<<20))
-	var objs []fetch.Attrs
+	var objs []object.Attrs
 	for i, name := range []string{"a", "b", "c", "d", "e"} {
 		objs = append(objs, env.put(t, "bkt", name, pattern(i, 1000)))
 	}
 	g := installGate(c, env.dl)
 	var cur, most atomic.Int32
 	gated := env.dl.before
-	env.dl.before = func(ctx context.Context, a fetch.Attrs, u *fetch.Urgency) error {
+	env.dl.before = func(ctx context.Context, a object.Attrs, u *object.Urgency) error {
 		n := cur.Add(1)
 		defer cur.Add(-1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
@@ -137,7 +137,7 @@ func TestPrefetchWindow(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var perr error
-	wg.Go(func() { perr = c.PrefetchWindow(context.Background(), objs, fetch.Warm, 2, nil) })
+	wg.Go(func() { perr = c.PrefetchWindow(context.Background(), objs, object.Warm, 2, nil) })
 	<-g.arrived
 	<-g.arrived // two in flight, held at the gate
 	close(g.release)

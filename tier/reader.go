@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // What readers in this process that map cached objects (mmapstore) and
@@ -23,7 +23,7 @@ type Opener struct {
 func (c *Cache) Opener(opts ...OpenOption) Opener { return Opener{c: c, opts: opts} }
 
 // Open opens o as Cache.Open does.
-func (op Opener) Open(ctx context.Context, o fetch.Object) (*Handle, error) {
+func (op Opener) Open(ctx context.Context, o object.Object) (*Handle, error) {
 	return op.c.Open(ctx, o, op.opts...)
 }
 
@@ -36,13 +36,13 @@ func (c *Cache) Stager() Stager { return Stager{c: c} }
 
 // Fetch returns once every object is cached, fetching what is missing at
 // demand priority (FetchObjects).
-func (s Stager) Fetch(ctx context.Context, objs []fetch.Object) error {
-	return s.c.FetchObjects(ctx, objs, fetch.Demand)
+func (s Stager) Fetch(ctx context.Context, objs []object.Object) error {
+	return s.c.FetchObjects(ctx, objs, object.Demand)
 }
 
 // Promote makes cached objects fast to read next (StageObjects); without a
 // shm tier there is nothing to do.
-func (s Stager) Promote(ctx context.Context, objs []fetch.Object) error {
+func (s Stager) Promote(ctx context.Context, objs []object.Object) error {
 	_, _, err := s.c.StageObjects(ctx, objs)
 	if errors.Is(err, ErrNoShm) {
 		return nil

@@ -6,9 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/dgraph-io/badger/v4"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 func TestReconcile(t *testing.T) {
@@ -16,7 +15,7 @@ func TestReconcile(t *testing.T) {
 	dir := t.TempDir()
 	c := openCache(t, env.config(dir, 64<<20))
 	data := map[string][]byte{}
-	attrs := map[string]fetch.Attrs{}
+	attrs := map[string]object.Attrs{}
 	for i, name := range []string{"keep1", "missing", "wrongsize", "keep2"} {
 		data[name] = pattern(i, 5000+i)
 		attrs[name] = env.put(t, "bkt", name, data[name])

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sys/unix"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // shmDir returns a fresh directory under /dev/shm for one test, removed
@@ -162,7 +161,7 @@ func tierOf(c *Cache, bucket, name string) Kind {
 }
 
 // openHandle opens o and checks its bytes and tier; the caller closes it.
-func openHandle(t testing.TB, c *Cache, o fetch.Object, want []byte, tier Kind) *Handle {
+func openHandle(t testing.TB, c *Cache, o object.Object, want []byte, tier Kind) *Handle {
 	t.Helper()
 	h, err := c.Open(context.Background(), o)
 	if err != nil {

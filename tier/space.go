@@ -10,9 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/dustin/go-humanize"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // reserve sets aside n bytes of the budget for a fill of a, evicting least
@@ -22,7 +21,7 @@ import (
 // A fill of a copy this node does not own for its fleet (SetOwnership)
 // first waits, up to ownershipWait, rather than evict owned copies while
 // other fills or released readers' copies may make room.
-func (c *Cache) reserve(ctx context.Context, n int64, a fetch.Attrs) error {
+func (c *Cache) reserve(ctx context.Context, n int64, a object.Attrs) error {
 	o := a.Object
 	keepUntil := time.Now().Add(ownershipWait)
 	reclaimed := false
@@ -72,7 +71,7 @@ var ownershipWait = 2 * time.Second
 // tryReserve reserves n bytes (evicting as needed), or returns a channel to
 // wait on before trying again, or an error. keep: a copy this node does
 // not own waits rather than evict owned ones (see reserve).
-func (c *Cache) tryReserve(n int64, a fetch.Attrs, keep bool) (<-chan struct{}, error) {
+func (c *Cache) tryReserve(n int64, a object.Attrs, keep bool) (<-chan struct{}, error) {
 	c.idxMu.Lock()
 	if c.idxClosed {
 		c.idxMu.Unlock()
@@ -94,7 +93,7 @@ func (c *Cache) tryReserve(n int64, a fetch.Attrs, keep bool) (<-chan struct{}, 
 
 // planReserveLocked decides how to fit n more bytes: the victims to evict
 // (possibly none), or a channel to wait on, or ErrNoSpace.
-func (c *Cache) planReserveLocked(n int64, a fetch.Attrs, keep bool) ([]*entry, <-chan struct{}, error) {
+func (c *Cache) planReserveLocked(n int64, a object.Attrs, keep bool) ([]*entry, <-chan struct{}, error) {
 	b, o := c.base, a.Object
 	if n > b.maxBytes {
 		return nil, nil, fmt.Errorf("%w: %s needs %s, more than the whole budget of %s",

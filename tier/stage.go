@@ -7,9 +7,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cacheagent/cacheagent/object"
 	"golang.org/x/sys/unix"
-
-	"github.com/cacheagent/cacheagent/fetch"
 )
 
 // promoteYield is the longest the promoter waits for the cache to go
@@ -88,7 +87,7 @@ func (d *downloads) yield(max, quiet time.Duration, stop <-chan struct{}) {
 // synchronously, as PromoteObjects does. It returns how many it promoted
 // and how many it queued; failures are joined (ErrNoSpace for those that
 // do not fit). Without a shm tier it returns ErrNoShm.
-func (c *Cache) StageObjects(ctx context.Context, objs []fetch.Object) (promoted, queued int, err error) {
+func (c *Cache) StageObjects(ctx context.Context, objs []object.Object) (promoted, queued int, err error) {
 	end, err := c.begin()
 	if err != nil {
 		return 0, 0, err
@@ -116,7 +115,7 @@ func (c *Cache) StageObjects(ctx context.Context, objs []fetch.Object) (promoted
 }
 
 // planEntries returns the live base entries of objs that have no shm copy.
-func (c *Cache) planEntries(objs []fetch.Object) []*entry {
+func (c *Cache) planEntries(objs []object.Object) []*entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var es []*entry

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestResident(t *testing.T) {
@@ -45,7 +45,7 @@ func TestStageObjects(t *testing.T) {
 	c.hooks.Store(h)
 	o := e.putObjects(t, "a", "b")
 	ctx := context.Background()
-	if err := c.FetchObjects(ctx, o, fetch.Demand); err != nil {
+	if err := c.FetchObjects(ctx, o, object.Demand); err != nil {
 		t.Fatal(err)
 	}
 	promoted, queued, err := c.StageObjects(ctx, o)
@@ -84,12 +84,12 @@ func TestPromoterYieldsToDownloads(t *testing.T) {
 	c.hooks.Store(h)
 	o := e.putObjects(t, "a", "slow")
 	ctx := context.Background()
-	if err := c.FetchObjects(ctx, o[:1], fetch.Demand); err != nil {
+	if err := c.FetchObjects(ctx, o[:1], object.Demand); err != nil {
 		t.Fatal(err)
 	}
 	gate, entered := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
-	e.dl.before = func(ctx context.Context, a fetch.Attrs, _ *fetch.Urgency) error {
+	e.dl.before = func(ctx context.Context, a object.Attrs, _ *object.Urgency) error {
 		if a.Name == "slow" && once.CompareAndSwap(false, true) {
 			close(entered)
 			<-gate
@@ -97,7 +97,7 @@ func TestPromoterYieldsToDownloads(t *testing.T) {
 		return nil
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.FetchObjects(ctx, o[1:], fetch.Demand) }()
+	go func() { done <- c.FetchObjects(ctx, o[1:], object.Demand) }()
 	<-entered // the download of slow is in flight
 	start := time.Now()
 	if _, q, err := c.StageObjects(ctx, o[:1]); q != 1 || err != nil {

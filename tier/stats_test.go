@@ -9,7 +9,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -100,7 +100,7 @@ type counterRun struct {
 	env  *dirEnv
 	cfg  Config
 	c    *Cache
-	objs []fetch.Attrs
+	objs []object.Attrs
 	held []*Handle
 	r    *rand.Rand
 	size int64 // filesystem block size
@@ -154,11 +154,11 @@ func (run *counterRun) step(t *testing.T) string {
 		run.closeHeld(t, 1)
 	case op == 6:
 		what = "prefetch"
-		err = c.Prefetch(ctx, []fetch.Attrs{a, run.objs[r.IntN(len(run.objs))]}, fetch.Warm, nil)
+		err = c.Prefetch(ctx, []object.Attrs{a, run.objs[r.IntN(len(run.objs))]}, object.Warm, nil)
 	case op == 7:
 		what = "new generation of " + a.Name
 		run.objs[i] = run.env.put(t, a.Bucket, a.Name, pattern(i+100*r.IntN(50), int(a.Size)))
-		err = c.Prefetch(ctx, []fetch.Attrs{run.objs[i]}, fetch.Warm, nil)
+		err = c.Prefetch(ctx, []object.Attrs{run.objs[i]}, object.Warm, nil)
 	case op == 8:
 		what = "evict " + prefix
 		_, err = c.Evict(ctx, "bkt", prefix)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestConcurrentMix runs opens, prefetches, pins, evictions, promotions,
@@ -27,7 +27,7 @@ func TestConcurrentMix(t *testing.T) {
 			}
 			c := openCache(t, cfg)
 			const n = 20
-			var objs []fetch.Attrs
+			var objs []object.Attrs
 			for i := range n {
 				objs = append(objs, env.put(t, "bkt", fmt.Sprintf("o/%d/%02d", i%3, i), pattern(i, int(size)-i)))
 			}
@@ -73,7 +73,7 @@ func TestConcurrentMix(t *testing.T) {
 }
 
 // mixOp does one random operation of TestConcurrentMix.
-func mixOp(ctx context.Context, c *Cache, objs []fetch.Attrs, r *rand.Rand) error {
+func mixOp(ctx context.Context, c *Cache, objs []object.Attrs, r *rand.Rand) error {
 	a := objs[r.IntN(len(objs))]
 	prefix := fmt.Sprintf("o/%d/", r.IntN(3))
 	switch op := r.IntN(10); {
@@ -86,7 +86,7 @@ func mixOp(ctx context.Context, c *Cache, objs []fetch.Attrs, r *rand.Rand) erro
 		_, err = h.ReadAt(b, 0)
 		return errors.Join(err, h.Close())
 	case op < 7:
-		return c.Prefetch(ctx, []fetch.Attrs{a, objs[r.IntN(len(objs))]}, fetch.Warm, nil)
+		return c.Prefetch(ctx, []object.Attrs{a, objs[r.IntN(len(objs))]}, object.Warm, nil)
 	case op == 7:
 		_, err := c.Pin(ctx, "bkt", prefix)
 		_, uerr := c.Unpin(ctx, "bkt", prefix)

@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/wait"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -51,7 +51,7 @@ type VerifyResult struct {
 
 // DroppedCopy is one copy that a verification dropped.
 type DroppedCopy struct {
-	Object fetch.Object
+	Object object.Object
 	Tier   Kind
 	// Reason says what was wrong: the CRC32C found and expected, a read
 	// error, or how the file changed.
@@ -67,7 +67,7 @@ type verifyCounters struct {
 // Verify reads every copy (in each tier) of the cached objects opts selects
 // and checks it: its file against the one the cache published (inode,
 // size, modification time), and its bytes against the CRC32C the index
-// records. Objects whose source gave no CRC32C (fetch.Attrs.HasCRC32C
+// records. Objects whose source gave no CRC32C (object.Attrs.HasCRC32C
 // false: a Dir source) are checked by size only and counted Unverifiable.
 //
 // A copy that fails is dropped like a copy damaged behind the cache's back:
@@ -190,7 +190,7 @@ func (c *Cache) verifyCopy(ctx context.Context, cp *entry, pace *pacer, res *Ver
 }
 
 // drop lists a dropped copy, up to maxVerifyDropped.
-func (r *VerifyResult) drop(o fetch.Object, k Kind, reason string) {
+func (r *VerifyResult) drop(o object.Object, k Kind, reason string) {
 	if len(r.Dropped) < maxVerifyDropped {
 		r.Dropped = append(r.Dropped, DroppedCopy{Object: o, Tier: k, Reason: reason})
 	}

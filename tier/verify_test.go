@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -129,7 +129,7 @@ func newVerifyEnv(t *testing.T) *verifyEnv {
 		env.put(t, name, v.data[name])
 		openRead(t, v.c, obj("bkt", name), v.data[name])
 	}
-	if n, err := v.c.PromoteObjects(context.Background(), []fetch.Object{obj("bkt", "a")}); err != nil || n != 1 {
+	if n, err := v.c.PromoteObjects(context.Background(), []object.Object{obj("bkt", "a")}); err != nil || n != 1 {
 		t.Fatalf("PromoteObjects(a) = %d, %v; want 1, nil", n, err)
 	}
 	return v
@@ -223,7 +223,7 @@ func TestVerifyDoomsCopyInUse(t *testing.T) {
 	}
 	// A new Open (even of that exact generation) refetches intact bytes.
 	gen := h.Attrs().Generation
-	h2, err := c.Open(ctx, fetch.Object{Bucket: "bkt", Name: "b", Generation: gen})
+	h2, err := c.Open(ctx, object.Object{Bucket: "bkt", Name: "b", Generation: gen})
 	if err != nil {
 		t.Fatal(err)
 	}

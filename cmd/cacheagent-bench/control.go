@@ -22,9 +22,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // benchControlConfig sizes `cacheagent-bench control`.
@@ -167,10 +167,10 @@ func benchObjects(bc *benchControlConfig) []fakestorage.Object {
 }
 
 // smallObjects names the n small objects.
-func smallObjects(n int) []fetch.Object {
-	objs := make([]fetch.Object, n)
+func smallObjects(n int) []object.Object {
+	objs := make([]object.Object, n)
 	for i := range objs {
-		objs[i] = fetch.Object{Bucket: fmt.Sprintf("bench-s%04d", i/smallPerBucket), Name: fmt.Sprintf("o%07d", i)}
+		objs[i] = object.Object{Bucket: fmt.Sprintf("bench-s%04d", i/smallPerBucket), Name: fmt.Sprintf("o%07d", i)}
 	}
 	return objs
 }
@@ -198,7 +198,7 @@ func benchPopulate(ctx context.Context, log io.Writer, c *control.Client, proc *
 // benchStatusLoad runs the status phases during a shaped prefetch.
 func benchStatusLoad(ctx context.Context, log io.Writer, c *control.Client, proc *benchDaemon,
 	bc *benchControlConfig, rep *benchControlReport) error {
-	j, err := c.Prefetch(ctx, "bench", "big/", fetch.Warm)
+	j, err := c.Prefetch(ctx, "bench", "big/", object.Warm)
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,13 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/wait"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -69,7 +69,7 @@ func (r *demoRun) loaderConfig() loader.Config {
 // runDirect reads the dataset with no cache: every shard comes whole from
 // GCS on every open (loader.Direct), as many shards at a time as the agent
 // has connections, so both readers get the same share of the link.
-func (r *demoRun) runDirect(ctx context.Context, src fetch.Source) error {
+func (r *demoRun) runDirect(ctx context.Context, src object.Source) error {
 	cfg := r.loaderConfig()
 	cfg.Lookahead = r.cfg.connections
 	rows, err := r.epochs(ctx, loader.Direct(src), cfg, nil, func(int) string { return "direct GCS" })
@@ -114,14 +114,14 @@ func (r *demoRun) runAgent(ctx context.Context, a *cli.Agent) error {
 
 // epochShards returns the objects of each shard of ds, in the order in
 // which a Loader with cfg opens the shards in epoch epoch.
-func epochShards(ds loader.Dataset, cfg loader.Config, epoch int) ([][]fetch.Object, error) {
+func epochShards(ds loader.Dataset, cfg loader.Config, epoch int) ([][]object.Object, error) {
 	rows, _ := ds.Rows()
 	e, err := sampler.NewEpoch(rows, sampler.Config{Mode: cfg.Shuffle, Seed: cfg.Seed, Window: cfg.Window,
 		Rank: cfg.Rank, World: cfg.World, Tail: cfg.Tail, Nodes: cfg.Nodes, Node: cfg.Node}, epoch)
 	if err != nil {
 		return nil, fmt.Errorf("demo: %w", err)
 	}
-	var shards [][]fetch.Object
+	var shards [][]object.Object
 	for _, g := range e.Order() {
 		shards = append(shards, ds.Groups[g].Objects)
 	}
@@ -133,7 +133,7 @@ func epochShards(ds loader.Dataset, cfg loader.Config, epoch int) ([][]fetch.Obj
 // the downloads in the order they started), and promotes each one to the
 // shm tier once it is cached. Promotion failures are left to the loader's
 // Stager, which promotes again and counts them.
-func prefetchShards(ctx context.Context, c *tier.Cache, shards [][]fetch.Object, ahead int) error {
+func prefetchShards(ctx context.Context, c *tier.Cache, shards [][]object.Object, ahead int) error {
 	g, ctx := errgroup.WithContext(ctx)
 	slots := make(chan struct{}, max(ahead, 1))
 	for _, objs := range shards {
@@ -146,7 +146,7 @@ func prefetchShards(ctx context.Context, c *tier.Cache, shards [][]fetch.Object,
 			return fmt.Errorf("demo: prefetch: %w", context.Cause(ctx))
 		}
 		g.Go(func() error {
-			err := c.FetchObjects(ctx, objs, fetch.Plan)
+			err := c.FetchObjects(ctx, objs, object.Plan)
 			<-slots
 			if err != nil {
 				return fmt.Errorf("demo: prefetch: %w", err)
@@ -236,7 +236,7 @@ type hitStager struct {
 }
 
 // Fetch implements loader.Stager.
-func (h *hitStager) Fetch(ctx context.Context, objs []fetch.Object) error {
+func (h *hitStager) Fetch(ctx context.Context, objs []object.Object) error {
 	d := uint64(1) << 32
 	if h.cached(objs) {
 		d++
@@ -252,7 +252,7 @@ func (h *hitStager) load() (opens, hits int64) {
 }
 
 // cached reports whether every one of objs is in the cache.
-func (h *hitStager) cached(objs []fetch.Object) bool {
+func (h *hitStager) cached(objs []object.Object) bool {
 	for _, o := range objs {
 		e, ok := h.cache.Lookup(o.Bucket, o.Name)
 		if !ok || (o.Generation != 0 && e.Attrs.Generation != o.Generation) {

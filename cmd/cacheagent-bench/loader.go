@@ -25,6 +25,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -313,7 +314,7 @@ func benchLoaderSynthetic(ctx context.Context, log io.Writer, bc *benchLoaderCon
 // vCPUs that pass cache lines and wake-ups through the hypervisor), the
 // same copy loop runs markedly slower in a process spread over both, and
 // these runs show the gather's rate without that.
-func benchOneCore(ctx context.Context, log io.Writer, src fetch.Source, ds loader.Dataset, bytes int64,
+func benchOneCore(ctx context.Context, log io.Writer, src object.Source, ds loader.Dataset, bytes int64,
 	bc *benchLoaderConfig) ([]benchLoaderRun, float64, error) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	one := *bc
@@ -360,7 +361,7 @@ func (c *benchCache) bytesFetched() int64 {
 // shmMax if positive, in a new directory under shmParent) over src. With keepMaps its Store keeps idle
 // mappings (warm runs: no re-mapping each epoch); without, it unmaps on
 // the last release, so that the cache may evict what the loader let go.
-func openBenchCache(ctx context.Context, src fetch.Source, conns int, diskMax, shmMax int64, shmParent string,
+func openBenchCache(ctx context.Context, src object.Source, conns int, diskMax, shmMax int64, shmParent string,
 	keepMaps bool) (*benchCache, error) {
 	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 2 << 20, Connections: conns})
 	if err != nil {
@@ -412,7 +413,7 @@ func (bc *benchCache) Close() error {
 // benchWarm reads the dataset for one warm-up and bc.lf.Epochs measured
 // epochs, in shuffle mode mode, from a cache whose shm tier holds it all
 // (fetched and promoted first), feeding dev when it is not nil.
-func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
+func benchWarm(ctx context.Context, src object.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
 	mode string, dev gpu.Device) (benchLoaderRun, error) {
 	c, err := openBenchCache(ctx, src, 64, 0, 2*bytes, bc.shmParent, true)
 	if err != nil {
@@ -426,11 +427,11 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 	// Warm means in shm: fetch and promote everything first, since the
 	// loader's staging leaves a resident disk copy's promotion to the
 	// promoter, which waits for the readers to pause.
-	var objs []fetch.Object
+	var objs []object.Object
 	for _, g := range ds.Groups {
 		objs = append(objs, g.Objects...)
 	}
-	if err := c.cache.FetchObjects(ctx, objs, fetch.Demand); err != nil {
+	if err := c.cache.FetchObjects(ctx, objs, object.Demand); err != nil {
 		return benchLoaderRun{}, err
 	}
 	if _, err := c.cache.PromoteObjects(ctx, objs); err != nil {
@@ -444,7 +445,7 @@ func benchWarm(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes i
 
 // benchPolicy reads the dataset for bc.policyEpochs epochs through a cache
 // at bc.cacheFrac of its size, with plans (clairvoyant) or without (LRU).
-func benchPolicy(ctx context.Context, src fetch.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
+func benchPolicy(ctx context.Context, src object.Source, ds loader.Dataset, bytes int64, bc *benchLoaderConfig,
 	clairvoyant bool) (benchLoaderRun, error) {
 	c, err := openBenchCache(ctx, src, bc.connections, int64(bc.cacheFrac*float64(bytes)), 0, "", false)
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -335,7 +336,7 @@ func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConf
 	c *control.Client) (benchLoaderReport, error) {
 	var rep benchLoaderReport
 	var (
-		src   fetch.Source
+		src   object.Source
 		cache *benchCache
 	)
 	if c != nil {
@@ -398,7 +399,7 @@ func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConf
 }
 
 // datasetBytes returns the total size of the dataset's objects.
-func datasetBytes(ctx context.Context, src fetch.Source, ds loader.Dataset) (int64, error) {
+func datasetBytes(ctx context.Context, src object.Source, ds loader.Dataset) (int64, error) {
 	sizes := make([][]int64, len(ds.Groups))
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)

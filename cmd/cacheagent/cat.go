@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -23,7 +23,7 @@ generation is re-checked against GCS when it was last checked longer ago than
 --revalidate (0: always), and a newer generation replaces it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := fetch.ParseObject(args[0])
+			o, err := object.ParseObject(args[0])
 			if err != nil {
 				return err
 			}
@@ -48,7 +48,7 @@ generation is re-checked against GCS when it was last checked longer ago than
 }
 
 // localCat copies o from the cache to w.
-func localCat(cmd *cobra.Command, opts *cli.Options, a *cli.Agent, o fetch.Object, w io.Writer) error {
+func localCat(cmd *cobra.Command, opts *cli.Options, a *cli.Agent, o object.Object, w io.Writer) error {
 	var oo []tier.OpenOption
 	if cmd.Flags().Changed("revalidate") {
 		oo = append(oo, tier.WithRevalidate(opts.Revalidate))

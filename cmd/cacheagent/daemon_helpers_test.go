@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // waitLimit bounds every wait on the daemon; none should come close.
@@ -282,7 +282,7 @@ func holdLease(spec string) int {
 	c, err := control.Dial(ctx, parts[0])
 	if err == nil {
 		var l *control.Lease
-		if l, err = c.Acquire(ctx, fetch.Object{Bucket: parts[1], Name: parts[2]}); err == nil {
+		if l, err = c.Acquire(ctx, object.Object{Bucket: parts[1], Name: parts[2]}); err == nil {
 			fmt.Println(l.Path())
 			io.Copy(io.Discard, os.Stdin) // hold until killed or stdin closes
 			return 0

@@ -15,11 +15,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // inspectReport is what `cacheagent inspect` prints: the layout of a .npy
@@ -73,7 +73,7 @@ each tensor's name, dtype, shape and offsets. The format is recognised by conten
 then by name. A malformed file fails with the reason.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := fetch.ParseObject(args[0])
+			o, err := object.ParseObject(args[0])
 			if err != nil {
 				return err
 			}
@@ -100,14 +100,14 @@ then by name. A malformed file fails with the reason.`,
 
 // inspectWith describes o, mapped through a Store over op: the daemon's
 // leases, or the cache directory itself.
-func inspectWith[F mmapstore.File](ctx context.Context, op mmapstore.Opener[F], o fetch.Object) (inspectReport, error) {
+func inspectWith[F mmapstore.File](ctx context.Context, op mmapstore.Opener[F], o object.Object) (inspectReport, error) {
 	s := mmapstore.New(op, mmapstore.Config{})
 	rep, err := inspectObject(ctx, s, o)
 	return rep, errors.Join(err, s.Close())
 }
 
 // inspectObject describes o, read through s.
-func inspectObject(ctx context.Context, s *mmapstore.Store, o fetch.Object) (rep inspectReport, err error) {
+func inspectObject(ctx context.Context, s *mmapstore.Store, o object.Object) (rep inspectReport, err error) {
 	l, err := s.Acquire(ctx, o)
 	if err != nil {
 		return inspectReport{}, err

@@ -11,8 +11,8 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // lsEntry is one row of `cacheagent ls`.
@@ -28,7 +28,7 @@ holds its live generation (shm, disk or none). If the source cannot be listed, i
 shows what the cache holds and says so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := fetch.ParsePrefix(args[0])
+			u, err := object.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}

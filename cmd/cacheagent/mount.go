@@ -13,9 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/mount"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // newMountCmd returns "cacheagent mount MOUNTPOINT gs://BUCKET[/PREFIX]...".
@@ -107,7 +107,7 @@ by a crashed mount is cleared at start.`,
 func parseRoots(args []string) ([]mount.Root, error) {
 	roots := make([]mount.Root, 0, len(args))
 	for _, s := range args {
-		u, err := fetch.ParsePrefix(s)
+		u, err := object.ParsePrefix(s)
 		if err != nil {
 			return nil, err
 		}

@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // newPinCmd builds pin, unpin or evict: the three act on every cached object
@@ -25,7 +25,7 @@ func newPinCmd(opts *cli.Options, verb string) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := fetch.ParsePrefix(args[0])
+			u, err := object.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}
@@ -57,7 +57,7 @@ type pinResult struct {
 	n, pending, skipped int
 }
 
-func (r pinResult) print(cmd *cobra.Command, verb string, u fetch.URI) {
+func (r pinResult) print(cmd *cobra.Command, verb string, u object.URI) {
 	out := cmd.OutOrStdout()
 	past := map[string]string{"pin": "pinned", "unpin": "unpinned", "evict": "evicted"}[verb]
 	fmt.Fprintf(out, "%s %d objects under %s", past, r.n, u)
@@ -71,7 +71,7 @@ func (r pinResult) print(cmd *cobra.Command, verb string, u fetch.URI) {
 }
 
 // remotePin asks the daemon.
-func remotePin(ctx context.Context, c *control.Client, verb string, u fetch.URI, hot bool) (pinResult, error) {
+func remotePin(ctx context.Context, c *control.Client, verb string, u object.URI, hot bool) (pinResult, error) {
 	switch verb {
 	case "pin":
 		n, err := c.Pin(ctx, u.Bucket, u.Path, hot)
@@ -85,14 +85,14 @@ func remotePin(ctx context.Context, c *control.Client, verb string, u fetch.URI,
 }
 
 // localPin works on the cache directory.
-func localPin(ctx context.Context, a *cli.Agent, verb string, u fetch.URI, hot bool) (pinResult, error) {
+func localPin(ctx context.Context, a *cli.Agent, verb string, u object.URI, hot bool) (pinResult, error) {
 	switch verb {
 	case "pin":
 		objs, err := listAll(ctx, a.Source, u)
 		if err != nil {
 			return pinResult{}, err
 		}
-		if err := a.Cache.Prefetch(ctx, objs, fetch.Plan, nil); err != nil {
+		if err := a.Cache.Prefetch(ctx, objs, object.Plan, nil); err != nil {
 			return pinResult{}, err
 		}
 		pin := a.Cache.Pin

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -29,7 +29,7 @@ job to its end. Standalone it always waits. While it waits, it shows a progress
 bar on a terminal (objects, bytes, rate, ETA).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			u, err := fetch.ParsePrefix(args[0])
+			u, err := object.ParsePrefix(args[0])
 			if err != nil {
 				return err
 			}
@@ -44,8 +44,8 @@ bar on a terminal (objects, bytes, rate, ETA).`,
 
 // remotePrefetch starts a prefetch job in the daemon and, with wait,
 // follows it, drawing its progress, until it ends.
-func remotePrefetch(ctx context.Context, c *control.Client, u fetch.URI, wait bool, cmd *cobra.Command) error {
-	j, err := c.Prefetch(ctx, u.Bucket, u.Path, fetch.Warm)
+func remotePrefetch(ctx context.Context, c *control.Client, u object.URI, wait bool, cmd *cobra.Command) error {
+	j, err := c.Prefetch(ctx, u.Bucket, u.Path, object.Warm)
 	if err != nil {
 		return err
 	}
@@ -88,8 +88,8 @@ func tierProgress(p control.Progress) tier.Progress {
 }
 
 // listAll collects the attributes of every object under u.
-func listAll(ctx context.Context, src fetch.Source, u fetch.URI) ([]fetch.Attrs, error) {
-	var objs []fetch.Attrs
+func listAll(ctx context.Context, src object.Source, u object.URI) ([]object.Attrs, error) {
+	var objs []object.Attrs
 	for a, err := range src.List(ctx, u.Bucket, u.Path) {
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", u, err)
@@ -99,7 +99,7 @@ func listAll(ctx context.Context, src fetch.Source, u fetch.URI) ([]fetch.Attrs,
 	return objs, nil
 }
 
-func runPrefetch(ctx context.Context, a *cli.Agent, u fetch.URI, w io.Writer) error {
+func runPrefetch(ctx context.Context, a *cli.Agent, u object.URI, w io.Writer) error {
 	objs, err := listAll(ctx, a.Source, u)
 	if err != nil {
 		return err
@@ -110,14 +110,14 @@ func runPrefetch(ctx context.Context, a *cli.Agent, u fetch.URI, w io.Writer) er
 	}
 	rep := newProgressReporter(w, int64(len(objs)), total)
 	start := time.Now()
-	err = a.Cache.Prefetch(ctx, objs, fetch.Warm, rep.update)
+	err = a.Cache.Prefetch(ctx, objs, object.Warm, rep.update)
 	rep.finish()
 	printPrefetchSummary(w, u, rep.last, time.Since(start))
 	return err
 }
 
 // printPrefetchSummary prints the line that ends a prefetch.
-func printPrefetchSummary(w io.Writer, u fetch.URI, p tier.Progress, el time.Duration) {
+func printPrefetchSummary(w io.Writer, u object.URI, p tier.Progress, el time.Duration) {
 	fmt.Fprintf(w, "prefetched %s: %d objects, %s (%d already cached), %s fetched in %s (%s/s)\n",
 		u, p.Objects, humanize.IBytes(uint64(p.Bytes)), p.Cached,
 		humanize.IBytes(uint64(p.BytesFetched)), el.Round(time.Millisecond),

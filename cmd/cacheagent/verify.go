@@ -9,8 +9,8 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -32,7 +32,7 @@ func newVerifyCmd(opts *cli.Options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := control.VerifyRequest{}
 			if len(args) == 1 {
-				u, err := fetch.ParsePrefix(args[0])
+				u, err := object.ParsePrefix(args[0])
 				if err != nil {
 					return err
 				}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // chunkSep separates an object's name from a chunk's index in the name
@@ -22,13 +23,13 @@ import (
 const chunkSep = "\x00chunk "
 
 // chunkObject returns the object under which a cache stores chunk i of o.
-func chunkObject(o fetch.Object, i int) fetch.Object {
-	return fetch.Object{Bucket: o.Bucket, Name: o.Name + chunkSep + strconv.Itoa(i), Generation: o.Generation}
+func chunkObject(o object.Object, i int) object.Object {
+	return object.Object{Bucket: o.Bucket, Name: o.Name + chunkSep + strconv.Itoa(i), Generation: o.Generation}
 }
 
 // parseChunk returns the object and chunk index a chunk object names, or
 // false for any other object.
-func parseChunk(o fetch.Object) (whole fetch.Object, i int, ok bool) {
+func parseChunk(o object.Object) (whole object.Object, i int, ok bool) {
 	name, idx, found := strings.Cut(o.Name, chunkSep)
 	if !found {
 		return o, 0, false
@@ -37,7 +38,7 @@ func parseChunk(o fetch.Object) (whole fetch.Object, i int, ok bool) {
 	if err != nil || i < 0 || strconv.Itoa(i) != idx || name == "" {
 		return o, 0, false
 	}
-	return fetch.Object{Bucket: o.Bucket, Name: name, Generation: o.Generation}, i, true
+	return object.Object{Bucket: o.Bucket, Name: name, Generation: o.Generation}, i, true
 }
 
 // IsChunk reports whether name is the cache name of a chunk copy (see the
@@ -52,7 +53,7 @@ func (s *Source) chunked(size int64) bool { return size > s.cfg.ChunkSize }
 // Source routes their reads: one key per object of at most one chunk, one
 // per chunk of a larger one. Balancing them (placement.Table.Balance)
 // gives the owners of a dataset the Owners of a daemon may then follow.
-func (s *Source) Items(objs []fetch.Attrs) []placement.Item {
+func (s *Source) Items(objs []object.Attrs) []placement.Item {
 	out := make([]placement.Item, 0, len(objs))
 	for _, a := range objs {
 		key := ObjectKey(a.Object)
@@ -74,7 +75,7 @@ func (s *Source) Items(objs []fetch.Attrs) []placement.Item {
 // whole object of at most one chunk that this node owns. A whole copy of
 // a chunked object is held for this node's readers only and never kept
 // first: the chunks the fleet needs are kept by their owners.
-func (s *Source) Keeps(a fetch.Attrs) bool {
+func (s *Source) Keeps(a object.Attrs) bool {
 	key := ObjectKey(a.Object)
 	if whole, i, ok := parseChunk(a.Object); ok {
 		key = ObjectKey(whole)
@@ -107,19 +108,19 @@ func sizeOf(ctx context.Context) (int64, bool) {
 // none for a range; the tier records the chunk's as filled, and the
 // readers that assemble the object check it whole).
 // Attributes of a generation never change, so they are remembered.
-func (s *Source) chunkAttrs(ctx context.Context, chunk, whole fetch.Object, i int) (fetch.Attrs, error) {
+func (s *Source) chunkAttrs(ctx context.Context, chunk, whole object.Object, i int) (object.Attrs, error) {
 	if whole.Generation <= 0 {
-		return fetch.Attrs{}, fmt.Errorf("peer: chunk %d of %s: unpinned generation: %w", i, whole, fetch.ErrInvalidName)
+		return object.Attrs{}, fmt.Errorf("peer: chunk %d of %s: unpinned generation: %w", i, whole, object.ErrInvalidName)
 	}
 	a, err := s.attrs.get(ctx, s.origin, whole)
 	if err != nil {
-		return fetch.Attrs{}, err
+		return object.Attrs{}, err
 	}
 	if i >= placement.Chunks(a.Size, s.cfg.ChunkSize) {
-		return fetch.Attrs{}, fmt.Errorf("peer: chunk %d of %s (%d bytes): %w", i, whole, a.Size, fetch.ErrNotFound)
+		return object.Attrs{}, fmt.Errorf("peer: chunk %d of %s (%d bytes): %w", i, whole, a.Size, object.ErrNotFound)
 	}
 	_, n := placement.ChunkRange(a.Size, s.cfg.ChunkSize, i)
-	return fetch.Attrs{Object: chunk, Size: n, Updated: a.Updated}, nil
+	return object.Attrs{Object: chunk, Size: n, Updated: a.Updated}, nil
 }
 
 // attrsCacheSize bounds the pinned attributes a Source remembers.
@@ -130,11 +131,11 @@ const attrsCacheSize = 4096
 type attrsCache struct {
 	sf singleflight.Group
 	mu sync.Mutex
-	m  map[fetch.Object]fetch.Attrs // guarded by mu
+	m  map[object.Object]object.Attrs // guarded by mu
 }
 
 // get returns o's attributes from the cache or the origin.
-func (c *attrsCache) get(ctx context.Context, origin fetch.Source, o fetch.Object) (fetch.Attrs, error) {
+func (c *attrsCache) get(ctx context.Context, origin object.Source, o object.Object) (object.Attrs, error) {
 	c.mu.Lock()
 	a, ok := c.m[o]
 	c.mu.Unlock()
@@ -149,7 +150,7 @@ func (c *attrsCache) get(ctx context.Context, origin fetch.Source, o fetch.Objec
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if c.m == nil || len(c.m) >= attrsCacheSize {
-			c.m = make(map[fetch.Object]fetch.Attrs) // forget all: cheap, and rare
+			c.m = make(map[object.Object]object.Attrs) // forget all: cheap, and rare
 		}
 		c.m[o] = a
 		return a, nil
@@ -158,16 +159,16 @@ func (c *attrsCache) get(ctx context.Context, origin fetch.Source, o fetch.Objec
 		return origin.Stat(ctx, o) // the caller that ran the Stat gave up, not this one
 	}
 	if err != nil {
-		return fetch.Attrs{}, err
+		return object.Attrs{}, err
 	}
-	return v.(fetch.Attrs), nil
+	return v.(object.Attrs), nil
 }
 
 // readChunkFill reads n bytes at off of chunk i of whole for the fill of
 // this node's copy of that chunk: from a member that holds it already,
 // else from the origin. The fill is this node's as the chunk's owner (or
 // as a stand-in for a failed owner), so it never waits on a peer's fill.
-func (s *Source) readChunkFill(ctx context.Context, whole fetch.Object, i int, off, n int64) (io.ReadCloser, error) {
+func (s *Source) readChunkFill(ctx context.Context, whole object.Object, i int, off, n int64) (io.ReadCloser, error) {
 	abs := int64(i)*s.cfg.ChunkSize + off
 	req := request{obj: whole, off: abs, n: n, cached: true, chunked: true, chunk: i}
 	if n > 0 && !fetch.Reread(ctx) && req.check() == nil {
@@ -181,7 +182,7 @@ func (s *Source) readChunkFill(ctx context.Context, whole fetch.Object, i int, o
 // readChunked reads n bytes at off of o, an object placed chunk by chunk: each chunk's part from that chunk's owner (this node's
 // own chunk copy if it is the owner). The parts after the first are asked
 // for as the reader reaches them.
-func (s *Source) readChunked(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (s *Source) readChunked(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	cs := s.cfg.ChunkSize
 	first := int(off / cs)
 	end := off + n
@@ -195,7 +196,7 @@ func (s *Source) readChunked(ctx context.Context, o fetch.Object, off, n int64) 
 
 // readChunk reads n bytes at off of o, all within chunk i, from the
 // chunk's owners, this node's chunk copy or the origin.
-func (s *Source) readChunk(ctx context.Context, o fetch.Object, i int, off, n int64) (io.ReadCloser, error) {
+func (s *Source) readChunk(ctx context.Context, o object.Object, i int, off, n int64) (io.ReadCloser, error) {
 	req := request{obj: o, off: off, n: n, chunked: true, chunk: i}
 	cands := s.cfg.Owners.Owners(req.key())
 	if len(cands) > 0 && cands[0].Self {
@@ -215,7 +216,7 @@ func (s *Source) readChunk(ctx context.Context, o fetch.Object, i int, off, n in
 // fromOwnChunk reads n bytes at off of o from this node's copy of chunk
 // i, filling it first on a miss; nil without a cache or when the copy
 // cannot be had (the caller reads the origin).
-func (s *Source) fromOwnChunk(ctx context.Context, o fetch.Object, i int, off, n int64) (io.ReadCloser, error) {
+func (s *Source) fromOwnChunk(ctx context.Context, o object.Object, i int, off, n int64) (io.ReadCloser, error) {
 	c := s.cache.Load()
 	if c == nil {
 		return nil, nil
@@ -250,7 +251,7 @@ func (r *handleReader) Close() error { return r.close() }
 type chunkReader struct {
 	s         *Source
 	ctx       context.Context
-	o         fetch.Object
+	o         object.Object
 	cur       io.ReadCloser // nil once closed
 	left      int64         // bytes cur still owes
 	next, end int64         // the range left after cur

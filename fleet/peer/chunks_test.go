@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // testChunk is the chunk size of the chunked test fleets: a quarter of a
@@ -19,7 +19,7 @@ const testChunk = 128 << 10
 const bigSize = 24*testChunk + 4567
 
 // chunkOwners returns the owner of each chunk of o (bigSize bytes).
-func chunkOwners(table *placement.Table, o fetch.Object) []string {
+func chunkOwners(table *placement.Table, o object.Object) []string {
 	out := make([]string, placement.Chunks(bigSize, testChunk))
 	for i := range out {
 		out[i] = table.Owner(placement.Key{Bucket: o.Bucket, Object: o.Name, Generation: o.Generation, Chunk: i}).Name
@@ -37,7 +37,7 @@ func TestChunkedReadAllAtOnce(t *testing.T) {
 	nodes, table := chunkedFleet(t, e, 3, testChunk)
 	data := emulator.Pattern(21, bigSize)
 	o := e.put(t, bucket, "hot/shard-0000.bin", data)
-	readAtOnce(t, nodes, []fetch.Object{o}, [][]byte{data})
+	readAtOnce(t, nodes, []object.Object{o}, [][]byte{data})
 
 	if got := originBytes(nodes...); got != bigSize {
 		t.Errorf("GCS served %d bytes for one %d-byte object read by 3 nodes; want %d (each chunk once)", got, bigSize, bigSize)
@@ -55,7 +55,7 @@ func TestChunkedReadAllAtOnce(t *testing.T) {
 		if got := n.srv.Stats().BytesServed; got != want[n.name] {
 			t.Errorf("%s served %d bytes; want %d (twice its chunks)", n.name, got, want[n.name])
 		}
-		if n.src.Keeps(fetch.Attrs{Object: o, Size: bigSize}) {
+		if n.src.Keeps(object.Attrs{Object: o, Size: bigSize}) {
 			t.Errorf("%s keeps the whole copy first; want only its chunks kept", n.name)
 		}
 		for i, owner := range owners {
@@ -65,7 +65,7 @@ func TestChunkedReadAllAtOnce(t *testing.T) {
 				t.Errorf("%s: holds chunk %d copy = %v; owner is %s", n.name, i, held, owner)
 			}
 			_, cn := placement.ChunkRange(bigSize, testChunk, i)
-			if keeps := n.src.Keeps(fetch.Attrs{Object: c, Size: cn}); keeps != (owner == n.name) {
+			if keeps := n.src.Keeps(object.Attrs{Object: c, Size: cn}); keeps != (owner == n.name) {
 				t.Errorf("%s: Keeps(chunk %d) = %v; owner is %s", n.name, i, keeps, owner)
 			}
 		}
@@ -126,7 +126,7 @@ func TestChunkedCorruptPeer(t *testing.T) {
 	cfgA.ChunkSize, cfgB.ChunkSize = testChunk, testChunk
 	a := startNode(t, e, "a", la, cfgA, nil)
 	b := startNode(t, e, "b", lb, cfgB, func(c *ServerConfig) {
-		c.CorruptForTest = func(_ fetch.Object, _ int64, p []byte) { p[0] ^= 0x55 }
+		c.CorruptForTest = func(_ object.Object, _ int64, p []byte) { p[0] ^= 0x55 }
 	})
 	data := emulator.Pattern(23, bigSize)
 	o := e.put(t, bucket, "x", data)
@@ -189,7 +189,7 @@ func TestChunkRequests(t *testing.T) {
 // TestParseChunk: chunk names round-trip; other names, including ones that
 // look almost like chunk names, are not chunks.
 func TestParseChunk(t *testing.T) {
-	o := fetch.Object{Bucket: "b", Name: "a/b.bin", Generation: 9}
+	o := object.Object{Bucket: "b", Name: "a/b.bin", Generation: 9}
 	for i := range []int{0, 1, 17, 1 << 30} {
 		c := chunkObject(o, i)
 		whole, j, ok := parseChunk(c)
@@ -199,7 +199,7 @@ func TestParseChunk(t *testing.T) {
 	}
 	for _, name := range []string{"a", "a\x00chunk ", "a\x00chunk -1", "a\x00chunk 01", "\x00chunk 1", "a\x00chunk 1x",
 		"a\x00chunk 99999999999999999999", "a chunk 1"} {
-		if _, _, ok := parseChunk(fetch.Object{Bucket: "b", Name: name, Generation: 1}); ok {
+		if _, _, ok := parseChunk(object.Object{Bucket: "b", Name: name, Generation: 1}); ok {
 			t.Errorf("parseChunk(%q) accepted", name)
 		}
 	}
@@ -211,7 +211,7 @@ func FuzzParseChunk(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		o := fetch.Object{Bucket: "b", Name: name, Generation: 1}
+		o := object.Object{Bucket: "b", Name: name, Generation: 1}
 		whole, i, ok := parseChunk(o)
 		if !ok {
 			return

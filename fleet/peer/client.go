@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // fromPeer asks candidate c (state p) for req's bytes. On success it
@@ -145,7 +146,7 @@ type peerReader struct {
 	wait  time.Duration
 	p     *peerState
 	name  string
-	o     fetch.Object
+	o     object.Object
 	last  time.Time // of the last bytes received (the response, at first)
 	// Set by fromPeer: done ends the request and the forward; fail counts
 	// a failure of the body against the peer, given the time since its

@@ -5,7 +5,7 @@
 // A [Server] (an http.Handler) serves exactly the requested bytes of
 // exactly the requested generation from the local tier, filling a miss
 // from GCS once however many peers ask (the tier's fills are single
-// flight). A [Source] is a fetch.Source decorator: Stat and List always go
+// flight). A [Source] is an object.Source decorator: Stat and List always go
 // to the wrapped origin (GCS), so the generation and the CRC32C an object
 // is verified against are GCS's word, never a peer's; NewRangeReader asks
 // the object's owners first and falls back to the origin. Every object

@@ -6,12 +6,13 @@ import (
 	"io"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Fetcher downloads one object into dst: a *fetch.Downloader.
 type Fetcher interface {
-	Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error
+	Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error
 }
 
 // Downloader is the tier.Downloader of a fleet node. It sends each fill to
@@ -50,7 +51,7 @@ func NewDownloader(src *Source, local, owner Fetcher) (*Downloader, error) {
 }
 
 // Fetch fills dst with a through the owner or the local budget.
-func (d *Downloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
+func (d *Downloader) Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	if NoForward(ctx) || d.src.ownedHere(a) {
 		return d.owner.Fetch(WithNoForward(ctx), a, dst, u)
 	}

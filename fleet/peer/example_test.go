@@ -14,6 +14,7 @@ import (
 	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -27,7 +28,7 @@ type agent struct {
 // startAgent wires a node: a peer Source over GCS, two Downloaders (peer
 // reads, and origin reads for owned objects and peers' misses), the tier
 // over them, and the Server on ln.
-func startAgent(gcs fetch.Source, owners peer.Owners, key []byte, dir string, ln net.Listener, wg *sync.WaitGroup) (*agent, error) {
+func startAgent(gcs object.Source, owners peer.Owners, key []byte, dir string, ln net.Listener, wg *sync.WaitGroup) (*agent, error) {
 	src, err := peer.New(gcs, peer.Config{Key: key, Owners: owners})
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func Example() {
 		wg.Wait()
 	}()
 
-	h, err := agents["a"].cache.Open(ctx, fetch.Object{Bucket: "data", Name: "shard-0", Generation: gen})
+	h, err := agents["a"].cache.Open(ctx, object.Object{Bucket: "data", Name: "shard-0", Generation: gen})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // blackhole accepts connections on ln and never answers, until the test
@@ -109,7 +109,7 @@ func TestCorruptPeer(t *testing.T) {
 	la, lb := listen(t), listen(t)
 	a := startNode(t, e, "a", la, patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()})), nil)
 	b := startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
-		c.CorruptForTest = func(_ fetch.Object, _ int64, p []byte) { p[0] ^= 0x55 }
+		c.CorruptForTest = func(_ object.Object, _ int64, p []byte) { p[0] ^= 0x55 }
 	})
 	data := emulator.Pattern(8, objSize)
 	o := e.put(t, bucket, "x", data)

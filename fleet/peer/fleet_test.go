@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestReadFromOwner: three nodes read one object one after another; the
@@ -54,7 +54,7 @@ func TestReadFromOwner(t *testing.T) {
 func TestReadAllAtOnce(t *testing.T) {
 	e := newGCSEnv(t)
 	nodes, _ := fleet(t, e, 3)
-	var objs []fetch.Object
+	var objs []object.Object
 	var datas [][]byte
 	for i := range 4 {
 		datas = append(datas, emulator.Pattern(uint64(10+i), objSize))
@@ -86,7 +86,7 @@ func TestDisagreeingOwners(t *testing.T) {
 		t.Errorf("b: Stats = %+v; want its fill for a from GCS, nothing from a", st)
 	}
 
-	var objs []fetch.Object
+	var objs []object.Object
 	var datas [][]byte
 	for i := range 6 {
 		datas = append(datas, emulator.Pattern(uint64(20+i), objSize))
@@ -190,7 +190,7 @@ func TestGenerationMismatch(t *testing.T) {
 		r.Close()
 		t.Fatalf("NewRangeReader(%s) = a reader; want an error", gone)
 	}
-	if !errors.Is(err, fetch.ErrNotFound) && !errors.Is(err, fetch.ErrGenerationChanged) {
+	if !errors.Is(err, object.ErrNotFound) && !errors.Is(err, object.ErrGenerationChanged) {
 		t.Errorf("NewRangeReader(%s) error = %v; want ErrNotFound or ErrGenerationChanged", gone, err)
 	}
 	if st := a.src.Stats(); st.PeerErrors["not_found"] != 1 {

@@ -15,6 +15,7 @@ import (
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -59,13 +60,13 @@ func newGCSEnv(t testing.TB) *gcsEnv {
 
 // put writes bucket/name with data and returns the object at its new
 // generation.
-func (e *gcsEnv) put(t testing.TB, bkt, name string, data []byte) fetch.Object {
+func (e *gcsEnv) put(t testing.TB, bkt, name string, data []byte) object.Object {
 	t.Helper()
 	gen, err := e.emu.Put(bkt, name, data)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fetch.Object{Bucket: bkt, Name: name, Generation: gen}
+	return object.Object{Bucket: bkt, Name: name, Generation: gen}
 }
 
 // node is one agent of a test fleet: a peer Source over the emulator, a
@@ -172,7 +173,7 @@ func ownedBy(cs ...Candidate) Owners {
 }
 
 // read opens o on c and returns its bytes.
-func read(t testing.TB, c *tier.Cache, o fetch.Object) []byte {
+func read(t testing.TB, c *tier.Cache, o object.Object) []byte {
 	t.Helper()
 	b, err := tryRead(c, o)
 	if err != nil {
@@ -182,7 +183,7 @@ func read(t testing.TB, c *tier.Cache, o fetch.Object) []byte {
 }
 
 // tryRead opens o on c and returns its bytes or the error.
-func tryRead(c *tier.Cache, o fetch.Object) ([]byte, error) {
+func tryRead(c *tier.Cache, o object.Object) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a deadlock fails, not hangs
 	defer cancel()
 	h, err := c.Open(ctx, o)
@@ -197,7 +198,7 @@ func tryRead(c *tier.Cache, o fetch.Object) ([]byte, error) {
 
 // readAtOnce reads every object of objs (whose bytes are datas) on every
 // node, all at once, and checks the bytes.
-func readAtOnce(t *testing.T, nodes []*node, objs []fetch.Object, datas [][]byte) {
+func readAtOnce(t *testing.T, nodes []*node, objs []object.Object, datas [][]byte) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, n := range nodes {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Path is the URL path of the object endpoint.
@@ -29,7 +29,7 @@ const (
 
 // request is one range request's parameters.
 type request struct {
-	obj    fetch.Object
+	obj    object.Object
 	off, n int64
 	// cached asks for a copy the server holds already ("cached=1"): it
 	// answers 404 rather than filling a miss. Candidates after the owner
@@ -46,7 +46,7 @@ type request struct {
 
 // ObjectKey returns the placement key of object o as a whole: chunk 0, the
 // key of every object of at most one chunk.
-func ObjectKey(o fetch.Object) placement.Key {
+func ObjectKey(o object.Object) placement.Key {
 	return placement.Key{Bucket: o.Bucket, Object: o.Name, Generation: o.Generation}
 }
 
@@ -178,7 +178,7 @@ func (r request) check() error {
 // there; they are refused here because no dataset needs them and a peer
 // port should take no more than it needs. A Source sends objects failing
 // this check straight to the origin.
-func checkObject(o fetch.Object) error {
+func checkObject(o object.Object) error {
 	b, name := o.Bucket, o.Name
 	if len(b) < 3 || len(b) > maxBucket {
 		return fmt.Errorf("%w: bucket of %d bytes", ErrBadRequest, len(b))

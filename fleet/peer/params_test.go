@@ -5,18 +5,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestRequestRoundTrip: a request encodes to a query that parses back to
 // it.
 func TestRequestRoundTrip(t *testing.T) {
 	for _, r := range []request{
-		{obj: fetch.Object{Bucket: "data", Name: "a b/c+d&e=f?#%", Generation: 1}, off: 0, n: 1},
-		{obj: fetch.Object{Bucket: "my.bucket-1_x", Name: "ünïcode/名前", Generation: 1 << 60}, off: 1 << 39, n: 1 << 39},
-		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3, n: 4, cached: true},
-		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3 << 23, n: 4, chunked: true, chunk: 3},
-		{obj: fetch.Object{Bucket: "data", Name: "x", Generation: 7}, off: 0, n: 4, cached: true, chunked: true},
+		{obj: object.Object{Bucket: "data", Name: "a b/c+d&e=f?#%", Generation: 1}, off: 0, n: 1},
+		{obj: object.Object{Bucket: "my.bucket-1_x", Name: "ünïcode/名前", Generation: 1 << 60}, off: 1 << 39, n: 1 << 39},
+		{obj: object.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3, n: 4, cached: true},
+		{obj: object.Object{Bucket: "data", Name: "x", Generation: 7}, off: 3 << 23, n: 4, chunked: true, chunk: 3},
+		{obj: object.Object{Bucket: "data", Name: "x", Generation: 7}, off: 0, n: 4, cached: true, chunked: true},
 	} {
 		got, err := parseRequest(r.query())
 		if err != nil || got != r {

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -28,13 +28,13 @@ const (
 
 // Cache is what a Server serves from: a tier.Cache.
 type Cache interface {
-	Open(ctx context.Context, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error)
+	Open(ctx context.Context, o object.Object, opts ...tier.OpenOption) (*tier.Handle, error)
 }
 
 // Forwarder reports whether this node is reading object o from a peer
 // right now; a Source is one.
 type Forwarder interface {
-	Forwarding(o fetch.Object) bool
+	Forwarding(o object.Object) bool
 }
 
 // ServerConfig configures NewServer.
@@ -70,7 +70,7 @@ type ServerConfig struct {
 	// CorruptForTest, if set, is called with every buffer of bytes before
 	// it is sent (and turns off sendfile): tests flip bytes with it to play
 	// a corrupt peer. Never set it outside tests.
-	CorruptForTest func(o fetch.Object, off int64, p []byte)
+	CorruptForTest func(o object.Object, off int64, p []byte)
 }
 
 // Server answers peers' range requests from the local cache. It is an
@@ -215,7 +215,7 @@ func (s *Server) serveChunk(w http.ResponseWriter, r *http.Request, req request)
 // WithNoForward. The fill does not wait for space (tier.NoSpaceWait): this
 // node's space may be held by its own readers, who may be waiting on the
 // requester. It returns the handle, or nil and the request's outcome.
-func (s *Server) openFor(w http.ResponseWriter, r *http.Request, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, outcome, error) {
+func (s *Server) openFor(w http.ResponseWriter, r *http.Request, o object.Object, opts ...tier.OpenOption) (*tier.Handle, outcome, error) {
 	h, err := s.open(WithNoForward(r.Context()), w, o, append(opts, tier.NoSpaceWait())...)
 	switch {
 	case r.Context().Err() != nil:
@@ -227,8 +227,8 @@ func (s *Server) openFor(w http.ResponseWriter, r *http.Request, o fetch.Object,
 		return nil, outcomeBusy, fmt.Errorf("%s: %w", o, err) // the requester reads GCS
 	case errors.Is(err, tier.ErrNotCached):
 		return nil, outcomeNotFound, fmt.Errorf("%s: not cached here", o)
-	case errors.Is(err, fetch.ErrNotFound), errors.Is(err, fetch.ErrGenerationChanged):
-		return nil, outcomeNotFound, fmt.Errorf("%s: %w", o, fetch.ErrNotFound)
+	case errors.Is(err, object.ErrNotFound), errors.Is(err, object.ErrGenerationChanged):
+		return nil, outcomeNotFound, fmt.Errorf("%s: %w", o, object.ErrNotFound)
 	case err != nil:
 		s.log.Warn("peer: fill for a peer failed", "object", o.String(), "err", err)
 		return nil, outcomeError, fmt.Errorf("open %s: %w", o, err)
@@ -255,7 +255,7 @@ var errMaxWait = errors.New("peer: the fill took longer than the server waits")
 // open opens o through the cache, answering 102 Processing every
 // Heartbeat while that waits for a fill, for at most MaxWait. It waits for
 // the goroutine it starts.
-func (s *Server) open(ctx context.Context, w http.ResponseWriter, o fetch.Object, opts ...tier.OpenOption) (*tier.Handle, error) {
+func (s *Server) open(ctx context.Context, w http.ResponseWriter, o object.Object, opts ...tier.OpenOption) (*tier.Handle, error) {
 	type result struct {
 		h   *tier.Handle
 		err error
@@ -322,9 +322,9 @@ func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request, off in
 // corrupting passes its reader's bytes through the CorruptForTest hook.
 type corrupting struct {
 	r   io.Reader
-	o   fetch.Object
+	o   object.Object
 	off int64
-	fn  func(fetch.Object, int64, []byte)
+	fn  func(object.Object, int64, []byte)
 }
 
 func (c *corrupting) Read(p []byte) (int, error) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // get sends a GET for uri (path and query) to addr, signed with key
@@ -46,7 +46,7 @@ func send(t *testing.T, req *http.Request, key []byte) (int, http.Header, []byte
 }
 
 // uriOf returns the endpoint URI for a range of o.
-func uriOf(o fetch.Object, off, n int64) string {
+func uriOf(o object.Object, off, n int64) string {
 	return Path + "?" + request{obj: o, off: off, n: n}.query()
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Defaults for the zero fields of Config.
@@ -113,12 +114,12 @@ func setDefault[T comparable](v *T, d T) {
 	}
 }
 
-// Source is a fetch.Source that reads ranges from the objects' owners in
+// Source is an object.Source that reads ranges from the objects' owners in
 // the fleet, falling back to its origin (see the package doc). Stat and
 // List go to the origin. Create it with New; it is safe for concurrent use.
 type Source struct {
 	// Immutable after New.
-	origin    fetch.Source
+	origin    object.Source
 	cfg       Config
 	transport *http.Transport
 	client    *http.Client
@@ -135,7 +136,7 @@ type Source struct {
 	peers   map[string]*peerState // by member name; guarded by peersMu
 
 	fwdMu sync.Mutex
-	fwd   map[fetch.Object]int // peer reads in flight per object; guarded by fwdMu
+	fwd   map[object.Object]int // peer reads in flight per object; guarded by fwdMu
 
 	originBytes   atomic.Int64
 	fallbacks     atomic.Int64
@@ -145,13 +146,13 @@ type Source struct {
 }
 
 var (
-	_ fetch.Source = (*Source)(nil)
-	_ Forwarder    = (*Source)(nil)
+	_ object.Source = (*Source)(nil)
+	_ Forwarder     = (*Source)(nil)
 )
 
 // New returns a Source over origin configured by cfg. It fails with
 // ErrConfig or ErrBadKey.
-func New(origin fetch.Source, cfg Config) (*Source, error) {
+func New(origin object.Source, cfg Config) (*Source, error) {
 	if origin == nil {
 		return nil, fmt.Errorf("%w: nil origin", ErrConfig)
 	}
@@ -179,7 +180,7 @@ func New(origin fetch.Source, cfg Config) (*Source, error) {
 		limiter: rate.NewLimiter(rate.Limit(cfg.FallbackRate), cfg.FallbackBurst),
 		now:     time.Now,
 		peers:   make(map[string]*peerState),
-		fwd:     make(map[fetch.Object]int),
+		fwd:     make(map[object.Object]int),
 	}, nil
 }
 
@@ -202,7 +203,7 @@ func (s *Source) Close() error {
 
 // Stat returns the origin's attributes of o, or those of a chunk for a
 // chunk copy's name (see the package doc, Ownership).
-func (s *Source) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) {
+func (s *Source) Stat(ctx context.Context, o object.Object) (object.Attrs, error) {
 	if whole, i, ok := parseChunk(o); ok {
 		return s.chunkAttrs(ctx, o, whole, i)
 	}
@@ -210,7 +211,7 @@ func (s *Source) Stat(ctx context.Context, o fetch.Object) (fetch.Attrs, error) 
 }
 
 // List lists the origin's objects.
-func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetch.Attrs, error] {
+func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
 	return s.origin.List(ctx, bucket, prefix)
 }
 
@@ -220,7 +221,7 @@ func (s *Source) List(ctx context.Context, bucket, prefix string) iter.Seq2[fetc
 // Config.ChunkSize bytes), from each chunk's owners. Reads on a context
 // marked WithNoForward or fetch.Reread, reads of this node's own objects
 // and unpinned (generation 0) reads go to the origin directly.
-func (s *Source) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (s *Source) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	if whole, i, ok := parseChunk(o); ok {
 		return s.readChunkFill(ctx, whole, i, off, n)
 	}
@@ -327,7 +328,7 @@ func (s *Source) fromHolder(ctx context.Context, cands []Candidate, req request)
 }
 
 // fromOrigin reads the range from the origin, counting its bytes.
-func (s *Source) fromOrigin(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (s *Source) fromOrigin(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	r, err := s.origin.NewRangeReader(ctx, o, off, n)
 	if err != nil {
 		return nil, err
@@ -364,7 +365,7 @@ func (s *Source) peer(name string) *peerState {
 // origin read), or an object of at most one chunk with no candidate or
 // this node ranked first. A chunked object's fill reads from the owners
 // of its chunks.
-func (s *Source) ownedHere(a fetch.Attrs) bool {
+func (s *Source) ownedHere(a object.Attrs) bool {
 	if _, _, ok := parseChunk(a.Object); ok {
 		return true
 	}
@@ -379,7 +380,7 @@ func (s *Source) ownedHere(a fetch.Attrs) bool {
 // Downloader's Local fill of o is running, or a range read of o from a
 // peer is in flight (requested, or its reader not yet closed), other than
 // a read of a copy the peer holds (cached=1), which waits on no fill.
-func (s *Source) Forwarding(o fetch.Object) bool {
+func (s *Source) Forwarding(o object.Object) bool {
 	s.fwdMu.Lock()
 	defer s.fwdMu.Unlock()
 	return s.fwd[o] > 0
@@ -387,7 +388,7 @@ func (s *Source) Forwarding(o fetch.Object) bool {
 
 // forward counts a peer read of o in flight until the returned func is
 // called.
-func (s *Source) forward(o fetch.Object) (done func()) {
+func (s *Source) forward(o object.Object) (done func()) {
 	s.fwdMu.Lock()
 	s.fwd[o]++
 	s.fwdMu.Unlock()

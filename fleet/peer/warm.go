@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Warm makes the fleet hold a without a copy of it on this node, where
@@ -17,7 +17,7 @@ import (
 // when this node owns a whole, or has no other member: the caller caches
 // it itself. An owner that fails is an error (the caller may then cache
 // the object itself); Warm never reads the origin.
-func (s *Source) Warm(ctx context.Context, a fetch.Attrs) (local bool, err error) {
+func (s *Source) Warm(ctx context.Context, a object.Attrs) (local bool, err error) {
 	o := a.Object
 	if o.Generation <= 0 || a.Size <= 0 {
 		return true, nil

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestWarm: warming an object another member owns fills the owner's copy
@@ -18,7 +18,7 @@ func TestWarm(t *testing.T) {
 	e := newGCSEnv(t)
 	nodes, table := chunkedFleet(t, e, 3, testChunk)
 	ctx := context.Background()
-	var small, mine fetch.Object
+	var small, mine object.Object
 	for i := 0; small.Name == "" || mine.Name == ""; i++ {
 		o := e.put(t, bucket, "warm/obj-"+string(rune('a'+i)), emulator.Pattern(uint64(i), 1000))
 		switch table.Owner(ObjectKey(o)).Name {
@@ -29,7 +29,7 @@ func TestWarm(t *testing.T) {
 		}
 	}
 	a := nodes[0]
-	local, err := a.src.Warm(ctx, fetch.Attrs{Object: small, Size: 1000})
+	local, err := a.src.Warm(ctx, object.Attrs{Object: small, Size: 1000})
 	if err != nil || local {
 		t.Fatalf("Warm(owned by b-node) = %v, %v; want warmed there", local, err)
 	}
@@ -39,12 +39,12 @@ func TestWarm(t *testing.T) {
 	if _, ok := a.cache.Lookup(small.Bucket, small.Name); ok {
 		t.Errorf("a-node holds a copy of what it warmed elsewhere")
 	}
-	if local, err := a.src.Warm(ctx, fetch.Attrs{Object: mine, Size: 1000}); err != nil || !local {
+	if local, err := a.src.Warm(ctx, object.Attrs{Object: mine, Size: 1000}); err != nil || !local {
 		t.Errorf("Warm(owned here) = %v, %v; want local", local, err)
 	}
 
 	big := e.put(t, bucket, "warm/big.bin", emulator.Pattern(99, bigSize))
-	if local, err := a.src.Warm(ctx, fetch.Attrs{Object: big, Size: bigSize}); err != nil || local {
+	if local, err := a.src.Warm(ctx, object.Attrs{Object: big, Size: bigSize}); err != nil || local {
 		t.Fatalf("Warm(chunked) = %v, %v", local, err)
 	}
 	for i, owner := range chunkOwners(table, big) {
@@ -62,7 +62,7 @@ func TestWarm(t *testing.T) {
 
 	// One member: the caller caches everything itself.
 	solo := startNode(t, e, "solo", listen(t), patient(TableOwners(mustTable(t, "solo"), "solo", nil, 2)), nil)
-	if local, err := solo.src.Warm(ctx, fetch.Attrs{Object: small, Size: 1000}); err != nil || !local {
+	if local, err := solo.src.Warm(ctx, object.Attrs{Object: small, Size: 1000}); err != nil || !local {
 		t.Errorf("Warm in a fleet of one = %v, %v; want local", local, err)
 	}
 
@@ -72,7 +72,7 @@ func TestWarm(t *testing.T) {
 	dead.Close()
 	lone := startNode(t, e, "x-node", listen(t), patient(ownedBy(Candidate{Name: "gone", Addr: addr}, Candidate{Name: "x-node", Self: true})), nil)
 	before := originBytes(lone)
-	if _, err := lone.src.Warm(ctx, fetch.Attrs{Object: small, Size: 1000}); err == nil {
+	if _, err := lone.src.Warm(ctx, object.Attrs{Object: small, Size: 1000}); err == nil {
 		t.Errorf("Warm with a dead owner = nil; want an error")
 	}
 	if got := originBytes(lone) - before; got != 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -57,7 +58,7 @@ func NewDir(t testing.TB) *Dir {
 
 // Put writes bucket/name (replacing it atomically) with a fresh, distinct
 // generation and returns the object, unpinned.
-func (d *Dir) Put(t testing.TB, bucket, name string, data []byte) fetch.Object {
+func (d *Dir) Put(t testing.TB, bucket, name string, data []byte) object.Object {
 	t.Helper()
 	p := filepath.Join(d.Root, bucket, filepath.FromSlash(name))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -75,7 +76,7 @@ func (d *Dir) Put(t testing.TB, bucket, name string, data []byte) fetch.Object {
 	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
-	return fetch.Object{Bucket: bucket, Name: name}
+	return object.Object{Bucket: bucket, Name: name}
 }
 
 // Downloader is a real fetch.Downloader with settings for tests (1 MiB
@@ -87,7 +88,7 @@ type Downloader struct {
 }
 
 // NewDownloader returns a Downloader over src.
-func NewDownloader(t testing.TB, src fetch.Source) *Downloader {
+func NewDownloader(t testing.TB, src object.Source) *Downloader {
 	t.Helper()
 	dl, err := fetch.NewDownloader(src, fetch.Config{SliceSize: 1 << 20, Connections: 4, MaxAttempts: 2,
 		BackoffInitial: time.Millisecond, BackoffMax: 10 * time.Millisecond})
@@ -98,7 +99,7 @@ func NewDownloader(t testing.TB, src fetch.Source) *Downloader {
 }
 
 // Fetch counts the call and fetches.
-func (d *Downloader) Fetch(ctx context.Context, a fetch.Attrs, dst io.WriterAt, u *fetch.Urgency) error {
+func (d *Downloader) Fetch(ctx context.Context, a object.Attrs, dst io.WriterAt, u *object.Urgency) error {
 	d.calls.Add(1)
 	return d.Downloader.Fetch(ctx, a, dst, u)
 }
@@ -111,7 +112,7 @@ func (d *Downloader) Calls() int64 { return d.calls.Load() }
 // else (budgets, an shm directory); its Dir, Source and Downloader are set
 // here, and a zero Revalidate means never (tests that want revalidation
 // ask for it).
-func Cache(t testing.TB, src fetch.Source, dl tier.Downloader, cfg tier.Config) *tier.Cache {
+func Cache(t testing.TB, src object.Source, dl tier.Downloader, cfg tier.Config) *tier.Cache {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = filepath.Join(t.TempDir(), "cache")

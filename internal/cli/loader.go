@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/loader/synth"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // maxManifest bounds a manifest file read by --manifest.
@@ -97,13 +97,13 @@ func (f *LoaderFlags) Options(records loader.Source, idx loader.IndexCache) (loa
 
 // Dataset builds the dataset from --data and --pattern, or --manifest,
 // reading headers from src. A WebDataset dataset needs DatasetWith.
-func (f *LoaderFlags) Dataset(ctx context.Context, src fetch.Source) (loader.Dataset, error) {
+func (f *LoaderFlags) Dataset(ctx context.Context, src object.Source) (loader.Dataset, error) {
 	return f.DatasetWith(ctx, src, nil, nil)
 }
 
 // DatasetWith is Dataset with the Source that lends WebDataset shards to
 // index, and where their indexes are kept.
-func (f *LoaderFlags) DatasetWith(ctx context.Context, src fetch.Source, records loader.Source,
+func (f *LoaderFlags) DatasetWith(ctx context.Context, src object.Source, records loader.Source,
 	idx loader.IndexCache) (loader.Dataset, error) {
 	o, err := f.Options(records, idx)
 	if err != nil {
@@ -125,7 +125,7 @@ func (f *LoaderFlags) DatasetWith(ctx context.Context, src fetch.Source, records
 		}
 		return d.Resolve(ctx, src)
 	}
-	u, err := fetch.ParsePrefix(f.Data)
+	u, err := object.ParsePrefix(f.Data)
 	if err != nil {
 		return loader.Dataset{}, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/linkshape"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // objSize is the size of the object the tests read: several pacing chunks.
@@ -102,7 +103,7 @@ func TestProxyServesThrough(t *testing.T) {
 	sh := linkshape.Shape{FirstByte: time.Millisecond, BytesPerSec: 200e6}
 	r := newRig(t, sh, nil)
 	src, ctx := r.source(t), testCtx(t)
-	o := fetch.Object{Bucket: "bkt", Name: "o"}
+	o := object.Object{Bucket: "bkt", Name: "o"}
 	a, err := src.Stat(ctx, o)
 	if err != nil {
 		t.Fatalf("Stat through the proxy: %v", err)
@@ -196,7 +197,7 @@ func TestAgentReadsUnderRandomFaults(t *testing.T) {
 	}
 	r := newRig(t, linkshape.Shape{}, plan)
 	src, ctx := r.source(t), testCtx(t)
-	a, err := src.Stat(ctx, fetch.Object{Bucket: "bkt", Name: "o"})
+	a, err := src.Stat(ctx, object.Object{Bucket: "bkt", Name: "o"})
 	if err != nil {
 		t.Fatalf("Stat: %v", err)
 	}
@@ -206,7 +207,7 @@ func TestAgentReadsUnderRandomFaults(t *testing.T) {
 		t.Fatalf("NewDownloader: %v", err)
 	}
 	buf := &writerAt{b: make([]byte, a.Size)}
-	if err := dl.Fetch(ctx, a, buf, fetch.NewUrgency(fetch.Demand)); err != nil {
+	if err := dl.Fetch(ctx, a, buf, object.NewUrgency(object.Demand)); err != nil {
 		t.Fatalf("Fetch under faults: %v", err)
 	}
 	if !bytes.Equal(buf.b, r.data) {

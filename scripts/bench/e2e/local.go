@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // copyBuffer is the size of each download stream's copy buffer.
@@ -18,7 +18,7 @@ const copyBuffer = 1 << 20
 
 // localPath returns where object o lives under root: root/BUCKET/NAME. Names
 // that would leave root are errors.
-func localPath(root string, o fetch.Object) (string, error) {
+func localPath(root string, o object.Object) (string, error) {
 	rel := filepath.Join(o.Bucket, filepath.FromSlash(o.Name))
 	if o.Bucket == "" || o.Name == "" || !filepath.IsLocal(rel) {
 		return "", fmt.Errorf("object %s has no safe local path", o)
@@ -29,8 +29,8 @@ func localPath(root string, o fetch.Object) (string, error) {
 // copyAll downloads every object whole into the writer dst opens for it,
 // conns at a time, one stream each: what `gcloud storage cp -r` does with
 // objects below its sliced-download threshold.
-func copyAll(ctx context.Context, src fetch.Source, objs []fetch.Attrs, conns int,
-	dst func(fetch.Attrs) (io.WriteCloser, error)) error {
+func copyAll(ctx context.Context, src object.Source, objs []object.Attrs, conns int,
+	dst func(object.Attrs) (io.WriteCloser, error)) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(conns)
 	for _, a := range objs {
@@ -40,7 +40,7 @@ func copyAll(ctx context.Context, src fetch.Source, objs []fetch.Attrs, conns in
 }
 
 // copyOne downloads one object into the writer dst opens for it.
-func copyOne(ctx context.Context, src fetch.Source, a fetch.Attrs, dst func(fetch.Attrs) (io.WriteCloser, error)) (err error) {
+func copyOne(ctx context.Context, src object.Source, a object.Attrs, dst func(object.Attrs) (io.WriteCloser, error)) (err error) {
 	r, err := src.NewRangeReader(ctx, a.Object, 0, a.Size)
 	if err != nil {
 		return err
@@ -66,8 +66,8 @@ func copyOne(ctx context.Context, src fetch.Source, a fetch.Attrs, dst func(fetc
 }
 
 // toFiles opens each object's local file under root for copyAll.
-func toFiles(root string) func(fetch.Attrs) (io.WriteCloser, error) {
-	return func(a fetch.Attrs) (io.WriteCloser, error) {
+func toFiles(root string) func(object.Attrs) (io.WriteCloser, error) {
+	return func(a object.Attrs) (io.WriteCloser, error) {
 		p, err := localPath(root, a.Object)
 		if err != nil {
 			return nil, err
@@ -80,7 +80,7 @@ func toFiles(root string) func(fetch.Attrs) (io.WriteCloser, error) {
 }
 
 // discard drops every object's bytes, for copyAll.
-func discard(fetch.Attrs) (io.WriteCloser, error) { return nopCloser{io.Discard}, nil }
+func discard(object.Attrs) (io.WriteCloser, error) { return nopCloser{io.Discard}, nil }
 
 // nopCloser adds a no-op Close to a Writer.
 type nopCloser struct{ io.Writer }
@@ -95,7 +95,7 @@ type localFiles struct{ root string }
 var _ mmapstore.Opener[mmapstore.File] = localFiles{}
 
 // Open implements mmapstore.Opener.
-func (lf localFiles) Open(_ context.Context, o fetch.Object) (mmapstore.File, error) {
+func (lf localFiles) Open(_ context.Context, o object.Object) (mmapstore.File, error) {
 	p, err := localPath(lf.root, o)
 	if err != nil {
 		return nil, err
@@ -104,17 +104,17 @@ func (lf localFiles) Open(_ context.Context, o fetch.Object) (mmapstore.File, er
 	if err != nil {
 		return nil, err
 	}
-	return localFile{path: p, attrs: fetch.Attrs{Object: o, Size: fi.Size()}}, nil
+	return localFile{path: p, attrs: object.Attrs{Object: o, Size: fi.Size()}}, nil
 }
 
 // localFile is an mmapstore.File on a plain file that never goes stale.
 type localFile struct {
 	path  string
-	attrs fetch.Attrs
+	attrs object.Attrs
 }
 
-func (f localFile) Path() string       { return f.path }
-func (f localFile) Size() int64        { return f.attrs.Size }
-func (f localFile) Attrs() fetch.Attrs { return f.attrs }
-func (f localFile) Stale() bool        { return false }
-func (f localFile) Close() error       { return nil }
+func (f localFile) Path() string        { return f.path }
+func (f localFile) Size() int64         { return f.attrs.Size }
+func (f localFile) Attrs() object.Attrs { return f.attrs }
+func (f localFile) Stale() bool         { return false }
+func (f localFile) Close() error        { return nil }

@@ -8,18 +8,18 @@ import (
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
 // readers runs the readers of one `e2e run`.
 type readers struct {
 	rc   runConfig
-	src  fetch.Source  // GCS through the proxy
-	objs []fetch.Attrs // every object of the dataset
+	src  object.Source  // GCS through the proxy
+	objs []object.Attrs // every object of the dataset
 	link *linkMeter
 	log  io.Writer
 	emit func(epochRecord) error

@@ -13,6 +13,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestReplaceSection(t *testing.T) {
@@ -162,7 +163,7 @@ func TestLocalFilesReadByLoader(t *testing.T) {
 	if n != 2*150 {
 		t.Errorf("read %d samples in 2 epochs; want %d", n, 2*150)
 	}
-	if _, err := localPath(root, fetch.Object{Bucket: "bkt", Name: "../../etc/passwd"}); err == nil {
+	if _, err := localPath(root, object.Object{Bucket: "bkt", Name: "../../etc/passwd"}); err == nil {
 		t.Error("localPath accepted a name that leaves the root")
 	}
 }

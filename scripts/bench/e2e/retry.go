@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Retry policy of the baseline readers: what gcloud and most GCS data
@@ -21,10 +21,10 @@ const (
 // retrying is a Source whose range reads retry a failed open and resume a
 // body that breaks, from the byte where it stopped. The agent does not use
 // it: its downloader has its own retries.
-type retrying struct{ fetch.Source }
+type retrying struct{ object.Source }
 
-// NewRangeReader implements fetch.Source.
-func (r retrying) NewRangeReader(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+// NewRangeReader implements object.Source.
+func (r retrying) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	rc, err := r.open(ctx, o, off, n)
 	if err != nil {
 		return nil, err
@@ -33,7 +33,7 @@ func (r retrying) NewRangeReader(ctx context.Context, o fetch.Object, off, n int
 }
 
 // open opens a range read, retrying failures with exponential backoff.
-func (r retrying) open(ctx context.Context, o fetch.Object, off, n int64) (io.ReadCloser, error) {
+func (r retrying) open(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
 	wait := retryBackoff
 	for attempt := 1; ; attempt++ {
 		rc, err := r.Source.NewRangeReader(ctx, o, off, n)
@@ -51,7 +51,7 @@ func (r retrying) open(ctx context.Context, o fetch.Object, off, n int64) (io.Re
 
 // retryable reports whether a failed read is worth another try.
 func retryable(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, fetch.ErrNotFound)
+	return ctx.Err() == nil && !errors.Is(err, object.ErrNotFound)
 }
 
 // resuming reads a range, reopening it at the current offset when the body
@@ -59,7 +59,7 @@ func retryable(ctx context.Context, err error) bool {
 type resuming struct {
 	ctx    context.Context // the reader's: reads are bound to the ctx of NewRangeReader
 	src    retrying
-	o      fetch.Object
+	o      object.Object
 	off    int64 // next byte to read
 	left   int64 // bytes still to read
 	rc     io.ReadCloser

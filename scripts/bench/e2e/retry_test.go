@@ -12,6 +12,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/internal/linkshape"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // TestRetryingReadsThroughFaults reads objects through gcsproxy's link with
@@ -52,7 +53,7 @@ func TestRetryingReadsThroughFaults(t *testing.T) {
 	}
 	defer src.Close()
 	for i, data := range want {
-		o := fetch.Object{Bucket: "bkt", Name: fmt.Sprintf("o%d", i)}
+		o := object.Object{Bucket: "bkt", Name: fmt.Sprintf("o%d", i)}
 		off := int64(i * 1000)
 		rc, err := retrying{src}.NewRangeReader(ctx, o, off, size-off)
 		if err != nil {
@@ -67,7 +68,7 @@ func TestRetryingReadsThroughFaults(t *testing.T) {
 	if st := link.Stats(); st.Faulted == 0 {
 		t.Errorf("link stats %+v: no download was faulted; the test proves nothing", st)
 	}
-	if _, err := (retrying{src}).NewRangeReader(ctx, fetch.Object{Bucket: "bkt", Name: "missing"}, 0, 1); err == nil {
+	if _, err := (retrying{src}).NewRangeReader(ctx, object.Object{Bucket: "bkt", Name: "missing"}, 0, 1); err == nil {
 		t.Error("reading a missing object: no error")
 	}
 }

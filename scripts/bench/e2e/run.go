@@ -17,6 +17,7 @@ import (
 	"github.com/cacheagent/cacheagent/internal/linkshape"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 // Reader names, in the order they run by default.
@@ -205,7 +206,7 @@ func (rc *runConfig) check() error {
 }
 
 // setup describes the run and computes the link-limited ideal.
-func (rc *runConfig) setup(ds loader.Dataset, objs []fetch.Attrs, sh linkshape.Shape) setupRecord {
+func (rc *runConfig) setup(ds loader.Dataset, objs []object.Attrs, sh linkshape.Shape) setupRecord {
 	s := setupRecord{Kind: "setup", Bucket: rc.bucket, Prefix: rc.prefix, Objects: len(objs), Batch: rc.batch,
 		Epochs: rc.epochs, Connections: rc.connections, BytesPerSec: sh.BytesPerSec,
 		FirstByteMS: float64(sh.FirstByte) / float64(time.Millisecond)}
@@ -227,7 +228,7 @@ func (rc *runConfig) setup(ds loader.Dataset, objs []fetch.Attrs, sh linkshape.S
 
 // ceiling copies objs to nowhere from the unshaped endpoint with conns
 // streams and returns how long it took.
-func ceiling(ctx context.Context, endpoint string, objs []fetch.Attrs, conns int) (float64, error) {
+func ceiling(ctx context.Context, endpoint string, objs []object.Attrs, conns int) (float64, error) {
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: endpoint, MaxIdleConns: max(256, conns)})
 	if err != nil {
 		return 0, err
@@ -241,8 +242,8 @@ func ceiling(ctx context.Context, endpoint string, objs []fetch.Attrs, conns int
 }
 
 // dataset returns the attributes of every object of ds.
-func dataset(ctx context.Context, src fetch.Source, ds loader.Dataset) ([]fetch.Attrs, error) {
-	var objs []fetch.Attrs
+func dataset(ctx context.Context, src object.Source, ds loader.Dataset) ([]object.Attrs, error) {
+	var objs []object.Attrs
 	for _, g := range ds.Groups {
 		for _, o := range g.Objects {
 			a, err := src.Stat(ctx, o)
