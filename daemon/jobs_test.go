@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/object"
 )

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 	"github.com/cacheagent/cacheagent/object"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
 )

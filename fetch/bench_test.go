@@ -20,7 +20,7 @@ import (
 
 	"cloud.google.com/go/storage/transfermanager"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
-	"github.com/cacheagent/cacheagent/internal/linkshape"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/bench/linkshape"
 	"github.com/cacheagent/cacheagent/object"
 )
 

@@ -4,7 +4,7 @@ import (
 	"hash/crc32"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 )
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

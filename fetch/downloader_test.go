@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

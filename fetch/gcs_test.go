@@ -13,7 +13,7 @@ import (
 
 	"google.golang.org/api/googleapi"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

@@ -7,9 +7,9 @@ import (
 	"io"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/gpu"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/tier"

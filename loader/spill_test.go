@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/internal/cachetest"
+	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/object"

@@ -11,9 +11,9 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/emulator"
-	"github.com/cacheagent/cacheagent/internal/testenv"
 )
 
 // backingState is what a test checks of a mount's backing cache.

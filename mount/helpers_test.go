@@ -17,10 +17,10 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"golang.org/x/sys/unix"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
-	"github.com/cacheagent/cacheagent/internal/emulator"
-	"github.com/cacheagent/cacheagent/internal/testenv"
 	"github.com/cacheagent/cacheagent/tier"
 )
 

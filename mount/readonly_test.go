@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
 // TestWritesFailEROFS tries every kind of write through the mount.

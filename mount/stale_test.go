@@ -15,8 +15,8 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
 // The helper process mounts at $helperEnv/mnt (cache in $helperEnv/cache),

@@ -7,7 +7,7 @@
 # docs, but never an existing config, beside which it puts the new default
 # as cacheagent.yaml.default.
 #
-#   scripts/install.sh                 # build ./cmd/cacheagent and ./cmd/cacheagent-bench with go, install them
+#   scripts/install.sh                 # build ./cmd/cacheagent and ./bench/cmd/cacheagent-bench with go, install them
 #   scripts/install.sh path/to/cacheagent [path/to/cacheagent-bench]
 #   DESTDIR=/tmp/pkg scripts/install.sh   # stage into a directory (packaging)
 #   PREFIX=/opt/cacheagent scripts/install.sh
@@ -33,7 +33,7 @@ bench=${2:-}
 if [ -z "$bin" ]; then
 	echo "== building cacheagent and cacheagent-bench"
 	CGO_ENABLED=0 go build -trimpath -o "$tmp/cacheagent" ./cmd/cacheagent
-	CGO_ENABLED=0 go build -trimpath -o "$tmp/cacheagent-bench" ./cmd/cacheagent-bench
+	CGO_ENABLED=0 go build -trimpath -o "$tmp/cacheagent-bench" ./bench/cmd/cacheagent-bench
 	bin=$tmp/cacheagent
 	bench=$tmp/cacheagent-bench
 fi

@@ -49,7 +49,7 @@ echo "== staticcheck"
 go run honnef.co/go/tools/cmd/staticcheck@v0.6.1 ./...
 
 echo "== CGO_ENABLED=0 build"
-CGO_ENABLED=0 go build -o /dev/null ./cmd/cacheagent ./cmd/cacheagent-bench
+CGO_ENABLED=0 go build -o /dev/null ./cmd/cacheagent ./bench/cmd/cacheagent-bench
 
 echo "== systemd units"
 if command -v systemd-analyze >/dev/null; then

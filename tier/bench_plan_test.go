@@ -12,12 +12,12 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 
-// BenchmarkPlannedCold is the planned cold epoch of scripts/bench/pyplan.py
+// BenchmarkPlannedCold is the planned cold epoch of bench/pyplan.py
 // without the mount and Python: 2000 objects of 100 KiB behind a link of
 // 20 ms first byte and 100 MB/s per connection, announced as a plan and
 // read in that order by two readers taking batches of 32 (as DataLoader's

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

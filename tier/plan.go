@@ -50,7 +50,7 @@ type plans struct {
 	// (Config.PrefetchParallelism): enough to keep a downloader's
 	// connections busy while each object's metadata lookup and first byte
 	// are in flight; the downloader's budget, granted by priority, bounds
-	// the connections they use. Measured (scripts/bench/pyplan.py, 2000
+	// the connections they use. Measured (bench/pyplan.py, 2000
 	// objects of 100 KiB behind a 20 ms first byte, on an idle host): 16
 	// in flight took 4.1-4.3 s, 64 took 3.2 s on 8 + 8 connections and
 	// 2.2 s on 32 + 32.

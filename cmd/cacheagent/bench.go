@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/cmd/cli"
 )
 
 // benchCommand is the command that holds the demo and the benchmarks, so
@@ -56,8 +56,8 @@ func execBench(what string, args []string) error {
 		}
 		return fmt.Errorf("%s runs %s, which is neither beside cacheagent nor on PATH (%w); "+
 			"build it beside cacheagent:\n"+
-			"  go build -o \"$(dirname $(command -v cacheagent))/%s\" ./cmd/%s\n"+
-			"or run it from a checkout of the repository: go run ./cmd/%s %s",
+			"  go build -o \"$(dirname $(command -v cacheagent))/%s\" ./bench/cmd/%s\n"+
+			"or run it from a checkout of the repository: go run ./bench/cmd/%s %s",
 			what, benchCommand, err, benchCommand, benchCommand, benchCommand, example)
 	}
 	err = syscall.Exec(path, append([]string{path}, args...), os.Environ())

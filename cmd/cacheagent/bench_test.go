@@ -101,11 +101,11 @@ func TestForwardNotFound(t *testing.T) {
 		want []string
 	}{
 		{[]string{"demo", "--shards", "4"}, []string{"cacheagent demo runs cacheagent-bench",
-			`go build -o "$(dirname $(command -v cacheagent))/cacheagent-bench" ./cmd/cacheagent-bench`,
-			"go run ./cmd/cacheagent-bench demo"}},
+			`go build -o "$(dirname $(command -v cacheagent))/cacheagent-bench" ./bench/cmd/cacheagent-bench`,
+			"go run ./bench/cmd/cacheagent-bench demo"}},
 		{[]string{"bench", "gpu"}, []string{"cacheagent bench runs cacheagent-bench",
-			"go run ./cmd/cacheagent-bench gpu"}},
-		{[]string{"bench"}, []string{"go run ./cmd/cacheagent-bench --help"}},
+			"go run ./bench/cmd/cacheagent-bench gpu"}},
+		{[]string{"bench"}, []string{"go run ./bench/cmd/cacheagent-bench --help"}},
 	} {
 		root := newRootCmd()
 		root.SetArgs(tc.args)

@@ -3,8 +3,8 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // dialDaemon returns a client of the daemon on the configured socket, or

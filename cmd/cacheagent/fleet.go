@@ -9,8 +9,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 func newFleetCmd(opts *cli.Options) *cobra.Command {

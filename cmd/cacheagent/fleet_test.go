@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
 // TestFleetStatusCLI starts two daemons in one fleet on loopback, the

@@ -10,8 +10,8 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/gpu"
-	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // newGPUCmd returns `cacheagent gpu`, whose `info` lists the GPUs.

@@ -15,8 +15,8 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/cacheagent/cacheagent/internal/cli"
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/mmapstore/npy"
 	"github.com/cacheagent/cacheagent/mmapstore/safetensors"

@@ -10,8 +10,8 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
-	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 )
 
 // checkDump is run by numpy: it rebuilds the windows from the raw files

@@ -11,9 +11,9 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
-	"github.com/cacheagent/cacheagent/internal/cachetest"
-	"github.com/cacheagent/cacheagent/internal/emulator"
-	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 )
 
 // dirObjects returns the files of dir as objects gs://bkt/PREFIX/NAME.

@@ -15,8 +15,8 @@ import (
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/internal/cli"
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )

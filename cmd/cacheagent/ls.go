@@ -9,9 +9,9 @@ import (
 	"github.com/dustin/go-humanize"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/daemon"
-	"github.com/cacheagent/cacheagent/internal/cli"
 	"github.com/cacheagent/cacheagent/object"
 )
 

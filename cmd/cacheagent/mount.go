@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/mount"
 	"github.com/cacheagent/cacheagent/object"
 )

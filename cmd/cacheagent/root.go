@@ -3,7 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/cacheagent/cacheagent/internal/cli"
+	"github.com/cacheagent/cacheagent/cmd/cli"
 )
 
 func newRootCmd() *cobra.Command {

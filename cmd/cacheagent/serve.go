@@ -15,8 +15,8 @@ import (
 	sd "github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
+	"github.com/cacheagent/cacheagent/cmd/cli"
 	"github.com/cacheagent/cacheagent/daemon"
-	"github.com/cacheagent/cacheagent/internal/cli"
 )
 
 // shutdownTimeout bounds a graceful shutdown; systemd's TimeoutStopSec is

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/control"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 )
 
 // cachedFiles returns the data files of the disk tier in cacheDir.

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fleet/placement"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

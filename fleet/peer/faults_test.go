@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
-	"github.com/cacheagent/cacheagent/internal/cachetest"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/cacheagent/cacheagent/internal/emulator"
+	"github.com/cacheagent/cacheagent/bench/emulator"
 )
 
 // tlsNode starts a node whose server speaks TLS with st (nil: plain) and

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fleet/placement"
-	"github.com/cacheagent/cacheagent/internal/emulator"
 	"github.com/cacheagent/cacheagent/object"
 )
 

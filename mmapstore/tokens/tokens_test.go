@@ -11,7 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
 )
 

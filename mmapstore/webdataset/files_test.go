@@ -9,7 +9,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/cacheagent/cacheagent/internal/testenv"
+	"github.com/cacheagent/cacheagent/bench/testenv"
 )
 
 // expectation is one shard of expect.json, written by

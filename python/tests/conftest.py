@@ -1,4 +1,4 @@
-"""Fixtures: a real cacheagent daemon over the GCS emulator (scripts/bench/gcsemu).
+"""Fixtures: a real cacheagent daemon over the GCS emulator (bench/cmd/gcsemu).
 
 The session-scoped ``daemon`` fixture builds both Go commands, starts the
 emulator (a synthetic dataset: ``gs://bench/data/obj-0000N``, 256 KiB each),
@@ -124,7 +124,7 @@ def _build(tmp: Path) -> Path:
         pytest.skip("go is not installed")
     out = tmp / "bin"
     out.mkdir()
-    for target, name in (("./cmd/cacheagent", "cacheagent"), ("./scripts/bench/gcsemu", "gcsemu")):
+    for target, name in (("./cmd/cacheagent", "cacheagent"), ("./bench/cmd/gcsemu", "gcsemu")):
         r = subprocess.run([go, "build", "-o", str(out / name), target], cwd=REPO, capture_output=True,
                            text=True, timeout=600)
         if r.returncode != 0:

@@ -39,7 +39,7 @@ from . import errors
 from .client import DEFAULT_SOCKET, Client
 from .errors import ClientClosed, DaemonTimeout, DaemonUnavailable, InternalError, InvalidRequest, SessionEnded
 
-# The protocol's names (also used by scripts/bench/pyloader.py).
+# The protocol's names (also used by bench/pyloader.py).
 from ._ring import (  # noqa: F401
     PROTOCOL, MAGIC, _MAX_MESSAGE, T_HELLO, T_RELEASE, T_STATE, T_SEEK, T_WELCOME, T_READY, T_EPOCH_END, T_END,
     T_STATE_IS, T_ERROR, _HELLO, _RELEASE, _STATE, _SEEK, _WELCOME, _READY, _EPOCH_END, _END, _STATE_IS, _ERROR,

@@ -1,0 +1,875 @@
+// Package fleettest runs a fleet of cacheagent daemons on one machine, each
+// in its own network namespace, for the fleet tests and the fleet benchmark
+// (bench/cmd/fleet).
+//
+// Topology (all names carry a run id, e.g. "cas3f9a"):
+//
+//	cas<id>h  (hub)   bridge cas<id>br 198.18.0.254/24
+//	                  gcsemu on 127.0.0.1 (hub loopback)
+//	                  one gcsproxy per node on 198.18.0.254:<port>, counting bytes
+//	cas<id>n<i> (node i)  veth cas<id>v<i> 198.18.0.i/24 ⇄ cas<id>p<i> in the hub
+//	                  cacheagent serve: gossip 198.18.0.i:7946, peers 198.18.0.i:7947
+//
+// Addresses live only inside these namespaces; the control sockets are files,
+// so the harness reads each daemon from the root namespace. Close kills and
+// reaps every process and deletes the namespaces by name; processes die with
+// the harness (Pdeathsig), and Start first removes what a killed earlier run
+// left (namespaces whose owner pid is gone).
+//
+// It needs root, ip(8) and tc(8) from iproute2 and curl (requests inside the
+// hub and node namespaces).
+package fleettest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cacheagent/cacheagent/control"
+)
+
+// Prefix starts the name of every namespace and interface the harness makes.
+const Prefix = "cas"
+
+// stateDir holds one file per live run: its run id and owner pid.
+const stateDir = "/run/cacheagent-fleettest"
+
+// Config describes one fleet.
+type Config struct {
+	// Nodes is the number of agents (default 3).
+	Nodes int
+	// Bin is the directory holding cacheagent, gcsemu and gcsproxy.
+	Bin string
+	// Bucket and Prefix name the synthetic dataset gcsemu serves:
+	// Objects objects of Size bytes, Prefix+"obj-%05d".
+	Bucket, Prefix string
+	Objects        int
+	Size           int64
+	// FirstByte and Rate shape each node's proxy (gcsproxy -first-byte,
+	// -rate per connection; "0": unshaped).
+	FirstByte time.Duration
+	Rate      string
+	// GCSMbit caps each node's GCS link (htb on the hub's port, traffic
+	// from the GCS address); PeerMbit caps its peer traffic in each
+	// direction (htb on the hub port for other sources, htb on the node's
+	// veth). 0: uncapped.
+	GCSMbit, PeerMbit int
+	// DiskMax is each node's disk tier budget, e.g. "256MiB".
+	DiskMax string
+	// Connections is each daemon's fetch.connections (default 16).
+	Connections int
+	// NoFleet starts the daemons without a fleet section.
+	NoFleet bool
+	// CorruptServing, if positive, is the number (from 1) of the node
+	// whose daemon flips a byte of every buffer it serves to peers; it
+	// needs a cacheagent built with -tags cacheagent_testhooks.
+	CorruptServing int
+	// Deferred is the number of last nodes Start prepares (namespace,
+	// proxy, config) but does not start: Node.Start starts one later (a
+	// node joining mid-read).
+	Deferred int
+	// OtherKey, when not 0, is the index of a node started with a key of
+	// its own (a stranger that must never be admitted).
+	OtherKey int
+	// Logf receives progress lines (nil: none).
+	Logf func(format string, args ...any)
+}
+
+// Node is one agent.
+type Node struct {
+	Index  int    // 1-based
+	Name   string // fleet name, "n<i>"
+	NS     string // its network namespace
+	IP     string // 198.18.0.<i>
+	Dir    string // its directory: config, key, disk tier, log
+	Socket string // its control socket
+	Proxy  string // its GCS proxy's base URL (inside the hub)
+	KeyHex string // its fleet key
+
+	h   *Harness
+	mu  sync.Mutex
+	cmd *exec.Cmd
+	res chan error // the daemon's exit, once
+}
+
+// Harness is a running fleet.
+type Harness struct {
+	cfg   Config
+	ID    string // run id, 4 hex digits
+	Hub   string // hub namespace
+	Dir   string // working directory
+	Nodes []*Node
+	// EmuBase is gcsemu's base URL inside the hub (http://127.0.0.1:P).
+	EmuBase string
+
+	mu      sync.Mutex
+	procs   []*proc
+	nsMade  []string
+	closed  bool
+	keyHex  string
+	cleanMu sync.Mutex
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (h *Harness) logf(format string, args ...any) {
+	if h.cfg.Logf != nil {
+		h.cfg.Logf(format, args...)
+	}
+}
+
+// Check reports why the harness cannot run here (nil: it can).
+func Check() error {
+	if os.Geteuid() != 0 {
+		return errors.New("fleettest: needs root (network namespaces)")
+	}
+	for _, b := range []string{"ip", "tc", "curl"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return fmt.Errorf("fleettest: needs %s: %w", b, err)
+		}
+	}
+	return nil
+}
+
+// Start builds the topology, starts gcsemu, the proxies and the daemons,
+// and returns once every daemon answers on its socket. The caller must
+// Close the harness, also when Start fails.
+func Start(ctx context.Context, cfg Config) (*Harness, error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 3
+	}
+	if cfg.Nodes > 200 {
+		return nil, errors.New("fleettest: too many nodes")
+	}
+	if cfg.Connections == 0 {
+		cfg.Connections = 16
+	}
+	if cfg.Rate == "" {
+		cfg.Rate = "0"
+	}
+	if cfg.DiskMax == "" {
+		cfg.DiskMax = "1GiB"
+	}
+	id := make([]byte, 2)
+	rand.Read(id)
+	h := &Harness{cfg: cfg, ID: hex.EncodeToString(id)}
+	h.Hub = Prefix + h.ID + "h"
+	track(h)
+	RemoveLeftovers(h.logf)
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return h, err
+	}
+	if err := os.WriteFile(filepath.Join(stateDir, h.ID), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		return h, err
+	}
+	dir, err := os.MkdirTemp("", Prefix+h.ID+"-")
+	if err != nil {
+		return h, err
+	}
+	h.Dir = dir
+	key := make([]byte, 16)
+	rand.Read(key)
+	h.keyHex = hex.EncodeToString(key)
+	if err := h.network(); err != nil {
+		return h, err
+	}
+	if err := h.startGCS(ctx); err != nil {
+		return h, err
+	}
+	for i := 1; i <= cfg.Nodes; i++ {
+		n := &Node{Index: i, Name: fmt.Sprintf("n%d", i), NS: fmt.Sprintf("%s%sn%d", Prefix, h.ID, i),
+			IP: fmt.Sprintf("198.18.0.%d", i), Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)), h: h, KeyHex: h.keyHex}
+		n.Socket = filepath.Join(n.Dir, "control.sock")
+		if i == cfg.OtherKey {
+			k := make([]byte, 16)
+			rand.Read(k)
+			n.KeyHex = hex.EncodeToString(k)
+		}
+		h.Nodes = append(h.Nodes, n)
+		url, err := h.startProxy(ctx, n)
+		if err != nil {
+			return h, err
+		}
+		n.Proxy = url
+	}
+	for _, n := range h.Nodes[:len(h.Nodes)-min(cfg.Deferred, len(h.Nodes))] {
+		if err := n.Start(ctx); err != nil {
+			return h, err
+		}
+	}
+	return h, nil
+}
+
+// D is the dataset's size in bytes.
+func (h *Harness) D() int64 { return int64(h.cfg.Objects) * h.cfg.Size }
+
+// Config returns the harness's configuration (defaults applied).
+func (h *Harness) Config() Config { return h.cfg }
+
+// URI is the dataset's gs:// prefix.
+func (h *Harness) URI() string { return "gs://" + h.cfg.Bucket + "/" + h.cfg.Prefix }
+
+// ObjectName is object i's name.
+func (h *Harness) ObjectName(i int) string { return fmt.Sprintf("%sobj-%05d", h.cfg.Prefix, i) }
+
+func run(name string, args ...string) error {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %v: %s", name, strings.Join(args, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func runAll(cmds [][]string) error {
+	for _, c := range cmds {
+		if err := run(c[0], c[1:]...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Harness) addNS(ns string) error {
+	if err := run("ip", "netns", "add", ns); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.nsMade = append(h.nsMade, ns)
+	h.mu.Unlock()
+	return run("ip", "-n", ns, "link", "set", "lo", "up")
+}
+
+// network makes the hub, the bridge, the node namespaces and their links,
+// and the tc caps.
+func (h *Harness) network() error {
+	br := Prefix + h.ID + "br"
+	if err := h.addNS(h.Hub); err != nil {
+		return err
+	}
+	if err := runAll([][]string{
+		{"ip", "-n", h.Hub, "link", "add", br, "type", "bridge"},
+		{"ip", "-n", h.Hub, "link", "set", br, "up"},
+		{"ip", "-n", h.Hub, "addr", "add", "198.18.0.254/24", "dev", br},
+	}); err != nil {
+		return err
+	}
+	for i := 1; i <= h.cfg.Nodes; i++ {
+		ns := fmt.Sprintf("%s%sn%d", Prefix, h.ID, i)
+		v, p := fmt.Sprintf("%s%sv%d", Prefix, h.ID, i), fmt.Sprintf("%s%sp%d", Prefix, h.ID, i)
+		if err := h.addNS(ns); err != nil {
+			return err
+		}
+		cmds := [][]string{
+			{"ip", "link", "add", v, "netns", ns, "type", "veth", "peer", "name", p, "netns", h.Hub},
+			{"ip", "-n", h.Hub, "link", "set", p, "master", br},
+			{"ip", "-n", h.Hub, "link", "set", p, "up"},
+			{"ip", "-n", ns, "addr", "add", fmt.Sprintf("198.18.0.%d/24", i), "dev", v},
+			{"ip", "-n", ns, "link", "set", v, "up"},
+		}
+		if g, pr := h.cfg.GCSMbit, h.cfg.PeerMbit; g > 0 || pr > 0 {
+			// Downlink to node i (the hub port's egress): GCS traffic in
+			// class 1:1, peers' in the default class 1:99.
+			gr, prr := "20gbit", "20gbit"
+			if g > 0 {
+				gr = fmt.Sprintf("%dmbit", g)
+			}
+			if pr > 0 {
+				prr = fmt.Sprintf("%dmbit", pr)
+			}
+			tcn := func(ns string, args ...string) []string {
+				return append([]string{"ip", "netns", "exec", ns, "tc"}, args...)
+			}
+			cmds = append(cmds,
+				tcn(h.Hub, "qdisc", "add", "dev", p, "root", "handle", "1:", "htb", "default", "99", "r2q", "1000"),
+				tcn(h.Hub, "class", "add", "dev", p, "parent", "1:", "classid", "1:1", "htb", "rate", gr),
+				tcn(h.Hub, "class", "add", "dev", p, "parent", "1:", "classid", "1:99", "htb", "rate", prr),
+				tcn(h.Hub, "filter", "add", "dev", p, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+					"match", "ip", "src", "198.18.0.254/32", "flowid", "1:1"),
+				// Uplink from node i: everything at the peer rate.
+				tcn(ns, "qdisc", "add", "dev", v, "root", "handle", "1:", "htb", "default", "1", "r2q", "1000"),
+				tcn(ns, "class", "add", "dev", v, "parent", "1:", "classid", "1:1", "htb", "rate", prr),
+			)
+		}
+		if err := runAll(cmds); err != nil {
+			return err
+		}
+	}
+	h.logf("fleettest %s: hub %s and %d nodes up", h.ID, h.Hub, h.cfg.Nodes)
+	return nil
+}
+
+// start runs bin in namespace ns with its output to logPath; it dies with
+// this process.
+func (h *Harness) start(name, ns, logPath string, stdout *bytes.Buffer, env []string, bin string, args ...string) (*proc, *bufio.Reader, error) {
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, bin}, args...)...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer lf.Close()
+	cmd.Stderr = lf
+	var r *bufio.Reader
+	if stdout != nil {
+		pr, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		r = bufio.NewReader(pr)
+	} else {
+		cmd.Stdout = lf
+	}
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil, nil, errors.New("fleettest: closed")
+	}
+	if err := cmd.Start(); err != nil {
+		h.mu.Unlock()
+		return nil, nil, err
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan struct{})}
+	h.procs = append(h.procs, p)
+	h.mu.Unlock()
+	return p, r, nil
+}
+
+func firstLine(r *bufio.Reader, what string, timeout time.Duration) (string, error) {
+	ch := make(chan string, 1)
+	go func() {
+		l, _ := r.ReadString('\n')
+		ch <- strings.TrimSpace(l)
+	}()
+	select {
+	case l := <-ch:
+		if l == "" {
+			return "", fmt.Errorf("fleettest: %s printed no address", what)
+		}
+		go func() { _, _ = r.WriteTo(discard{}) }()
+		return l, nil
+	case <-time.After(timeout):
+		return "", fmt.Errorf("fleettest: %s did not start in %v", what, timeout)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func (h *Harness) startGCS(ctx context.Context) error {
+	p, r, err := h.start("gcsemu", h.Hub, filepath.Join(h.Dir, "gcsemu.log"), &bytes.Buffer{}, nil,
+		filepath.Join(h.cfg.Bin, "gcsemu"), "-bucket", h.cfg.Bucket, "-prefix", h.cfg.Prefix,
+		"-objects", strconv.Itoa(h.cfg.Objects), "-size", strconv.FormatInt(h.cfg.Size, 10),
+		"-first-byte", "0", "-rate", "0")
+	if err != nil {
+		return err
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	ep, err := firstLine(r, "gcsemu", 60*time.Second)
+	if err != nil {
+		return err
+	}
+	h.EmuBase = strings.Split(ep, "/storage/v1/")[0]
+	return nil
+}
+
+func (h *Harness) startProxy(ctx context.Context, n *Node) (string, error) {
+	p, r, err := h.start("gcsproxy-"+n.Name, h.Hub, filepath.Join(h.Dir, "gcsproxy-"+n.Name+".log"), &bytes.Buffer{}, nil,
+		filepath.Join(h.cfg.Bin, "gcsproxy"), "-listen", "198.18.0.254:0", "-upstream", h.EmuBase,
+		"-first-byte", h.cfg.FirstByte.String(), "-rate", h.cfg.Rate)
+	if err != nil {
+		return "", err
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	url, err := firstLine(r, "gcsproxy", 30*time.Second)
+	return strings.TrimSuffix(url, "/"), err
+}
+
+// writeConfig writes node n's config and key file.
+func (n *Node) writeConfig() (string, error) {
+	if err := os.MkdirAll(filepath.Join(n.Dir, "disk"), 0o755); err != nil {
+		return "", err
+	}
+	keyFile := filepath.Join(n.Dir, "fleet.key")
+	if err := os.WriteFile(keyFile, []byte(n.KeyHex+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	c := n.h.cfg
+	var b strings.Builder
+	fmt.Fprintf(&b, "sources:\n  - uri: %s\n", n.h.URI())
+	fmt.Fprintf(&b, "tiers:\n  disk: {dir: %s, max: %s}\n  shm: {dir: none}\n", filepath.Join(n.Dir, "disk"), c.DiskMax)
+	fmt.Fprintf(&b, "fetch: {endpoint: %q, connections: %d}\n", n.Proxy+"/storage/v1/", c.Connections)
+	fmt.Fprintf(&b, "control: {socket: %s}\nmetrics: {listen: none}\ngpu: none\n", n.Socket)
+	if !c.NoFleet {
+		fmt.Fprintf(&b, "fleet:\n  name: %s\n  listen: %s:7946\n  peer_listen: %s:7947\n  join: [198.18.0.1:7946]\n  key_file: %s\n",
+			n.Name, n.IP, n.IP, keyFile)
+	}
+	path := filepath.Join(n.Dir, "cacheagent.yaml")
+	return path, os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// Start starts (or restarts) node n's daemon and waits until it answers
+// on its socket.
+func (n *Node) Start(ctx context.Context) error {
+	cfgPath, err := n.writeConfig()
+	if err != nil {
+		return err
+	}
+	os.Remove(n.Socket)
+	var env []string
+	if n.h.cfg.CorruptServing > 0 && n.h.Nodes[n.h.cfg.CorruptServing-1] == n {
+		env = []string{"CACHEAGENT_TESTHOOK_CORRUPT_SERVED=1"} // daemon.TestHookCorruptServed
+	}
+	p, _, err := n.h.start("cacheagent-"+n.Name, n.NS, filepath.Join(n.Dir, "daemon.log"), nil, env,
+		filepath.Join(n.h.cfg.Bin, "cacheagent"), "serve", "--config", cfgPath, "--log-level", "info")
+	if err != nil {
+		return err
+	}
+	res := make(chan error, 1)
+	go func() { err := p.cmd.Wait(); close(p.done); res <- err }()
+	n.mu.Lock()
+	n.cmd, n.res = p.cmd, res
+	n.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("fleettest: %s exited at start: %s", n.Name, n.LogTail(2000))
+		default:
+		}
+		if c, err := control.Dial(ctx, n.Socket); err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleettest: %s did not answer in 60s: %s", n.Name, n.LogTail(2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// PID is the daemon's pid (0 before Start).
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
+// Signal sends sig to the daemon.
+func (n *Node) Signal(sig syscall.Signal) error {
+	pid := n.PID()
+	if pid == 0 {
+		return errors.New("fleettest: not started")
+	}
+	return syscall.Kill(pid, sig)
+}
+
+// Kill SIGKILLs the daemon and waits until it is reaped.
+func (n *Node) Kill() error {
+	if err := n.Signal(syscall.SIGKILL); err != nil {
+		return err
+	}
+	n.mu.Lock()
+	res := n.res
+	n.mu.Unlock()
+	select {
+	case <-res:
+	case <-time.After(10 * time.Second):
+		return errors.New("fleettest: killed daemon not reaped in 10s")
+	}
+	return nil
+}
+
+// LogTail is the last max bytes of the daemon's log.
+func (n *Node) LogTail(max int) string {
+	b, _ := os.ReadFile(filepath.Join(n.Dir, "daemon.log"))
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// CLI runs `cacheagent args… --socket <n's socket>` from the root
+// namespace and returns its stdout. --cache-dir is the daemon's, so the
+// CLI uses the daemon; its standalone fallback (no daemon answering) is
+// pointed at a closed loopback port, so it can never send traffic
+// anywhere.
+func (n *Node) CLI(ctx context.Context, args ...string) ([]byte, error) {
+	args = append(args, "--socket", n.Socket, "--endpoint", "http://127.0.0.1:1", "--cache-dir",
+		filepath.Join(n.Dir, "disk"), "--shm-dir", "none")
+	ctx, cancel := bound(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(n.h.cfg.Bin, "cacheagent"), args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("cacheagent %s (%s): %v: %s", strings.Join(args[:len(args)-8], " "), n.Name, err,
+			bytes.TrimSpace(errb.Bytes()))
+	}
+	return out.Bytes(), nil
+}
+
+// bound gives ctx a deadline d from now unless it has one: a stopped
+// daemon accepts on its socket and never answers.
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+// Prefetch runs `cacheagent prefetch --wait` of the dataset on n.
+func (n *Node) Prefetch(ctx context.Context) error {
+	_, err := n.CLI(ctx, "prefetch", "--wait", n.h.URI())
+	return err
+}
+
+// Cat reads one object through n (`cacheagent cat`).
+func (n *Node) Cat(ctx context.Context, name string) ([]byte, error) {
+	return n.CLI(ctx, "cat", "gs://"+n.h.cfg.Bucket+"/"+name)
+}
+
+// VerifyReport is the part of `cacheagent verify --json` the tests read.
+type VerifyReport map[string]any
+
+// Verify runs `cacheagent verify --json` of the dataset on n.
+func (n *Node) Verify(ctx context.Context) (VerifyReport, error) {
+	out, err := n.CLI(ctx, "verify", "--json", n.h.URI())
+	if err != nil {
+		return nil, err
+	}
+	var r VerifyReport
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		r = nil
+		if err := dec.Decode(&r); err != nil {
+			return nil, fmt.Errorf("verify --json: %w: %s", err, out)
+		}
+	}
+	return r, nil
+}
+
+// KeyHex is the fleet's shared key (nodes but Config.OtherKey's).
+func (h *Harness) KeyHex() string { return h.keyHex }
+
+// Fleet reads n's fleet status through its socket.
+func (n *Node) Fleet(ctx context.Context) (control.FleetStatus, error) {
+	ctx, cancel := bound(ctx, 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, n.Socket)
+	if err != nil {
+		return control.FleetStatus{}, err
+	}
+	defer c.Close()
+	return c.Fleet(ctx)
+}
+
+// Status reads n's status through its socket.
+func (n *Node) Status(ctx context.Context) (control.Status, error) {
+	ctx, cancel := bound(ctx, 5*time.Second)
+	defer cancel()
+	c, err := control.Dial(ctx, n.Socket)
+	if err != nil {
+		return control.Status{}, err
+	}
+	defer c.Close()
+	return c.Status(ctx)
+}
+
+// DiskUsed is n's disk tier's used bytes.
+func (n *Node) DiskUsed(ctx context.Context) (int64, error) {
+	s, err := n.Status(ctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, t := range s.Tiers {
+		if t.Name == "disk" {
+			return t.UsedBytes, nil
+		}
+	}
+	return 0, errors.New("fleettest: no disk tier in status")
+}
+
+// Alive lists the members n sees alive.
+func (n *Node) Alive(ctx context.Context) ([]string, error) {
+	fs, err := n.Fleet(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, m := range fs.Members {
+		if m.State == "alive" {
+			names = append(names, m.Name)
+		}
+	}
+	return names, nil
+}
+
+// WaitAlive waits until every node of nodes sees exactly the names of
+// nodes alive.
+func (h *Harness) WaitAlive(ctx context.Context, timeout time.Duration, nodes ...*Node) error {
+	if len(nodes) == 0 {
+		nodes = h.Nodes
+	}
+	want := make([]string, len(nodes))
+	for i, n := range nodes {
+		want[i] = n.Name
+	}
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok := true
+		for _, n := range nodes {
+			names, err := n.Alive(ctx)
+			if err != nil || !sameSet(names, want) {
+				ok, last = false, fmt.Sprintf("%s sees %v (err %v)", n.Name, names, err)
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("fleettest: members not all alive after %v: %s", timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func sameSet(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[string]bool{}
+	for _, x := range a {
+		m[x] = true
+	}
+	for _, x := range b {
+		if !m[x] {
+			return false
+		}
+	}
+	return true
+}
+
+// Exec runs argv in namespace ns and returns its combined output.
+func (h *Harness) Exec(ctx context.Context, ns string, argv ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s in %s: %v: %s", strings.Join(argv, " "), ns, err, bytes.TrimSpace(out))
+	}
+	return out, nil
+}
+
+// ProxyBytes is the body bytes n's GCS proxy has served
+// (/_linkshape/status).
+func (n *Node) ProxyBytes(ctx context.Context) (int64, error) {
+	out, err := n.h.Exec(ctx, n.h.Hub, "curl", "-sS", "--max-time", "5", n.Proxy+"/_linkshape/status")
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		Stats struct {
+			BytesServed int64 `json:"bytes_served"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return 0, fmt.Errorf("proxy status: %w: %s", err, out)
+	}
+	return st.Stats.BytesServed, nil
+}
+
+// GCSBytes sums the bytes every node's proxy has served.
+func (h *Harness) GCSBytes(ctx context.Context) (int64, []int64, error) {
+	var sum int64
+	per := make([]int64, len(h.Nodes))
+	for i, n := range h.Nodes {
+		b, err := n.ProxyBytes(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		per[i], sum = b, sum+b
+	}
+	return sum, per, nil
+}
+
+// Upload writes body as object name through the emulator (a new
+// generation), from inside the hub.
+func (h *Harness) Upload(ctx context.Context, name string, body []byte) error {
+	f := filepath.Join(h.Dir, "upload-"+strings.ReplaceAll(name, "/", "_"))
+	if err := os.WriteFile(f, body, 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(f)
+	url := fmt.Sprintf("%s/upload/storage/v1/b/%s/o?uploadType=media&name=%s", h.EmuBase, h.cfg.Bucket,
+		strings.ReplaceAll(name, "/", "%2F"))
+	_, err := h.Exec(ctx, h.Hub, "curl", "-sS", "--fail", "--max-time", "30", "-X", "POST",
+		"-H", "Content-Type: application/octet-stream", "--data-binary", "@"+f, url)
+	return err
+}
+
+// Close kills and reaps every process and deletes the namespaces. It is
+// safe to call more than once and from a signal handler's goroutine.
+func (h *Harness) Close() error {
+	h.cleanMu.Lock()
+	defer h.cleanMu.Unlock()
+	h.mu.Lock()
+	h.closed = true
+	procs := h.procs
+	h.procs = nil
+	ns := h.nsMade
+	h.nsMade = nil
+	h.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		if p.cmd.Process != nil {
+			_ = syscall.Kill(p.cmd.Process.Pid, syscall.SIGCONT) // a stopped one must see the KILL
+			_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			h.logf("fleettest %s: %s not reaped after SIGKILL", h.ID, p.name)
+		}
+	}
+	var errs []error
+	for i := len(ns) - 1; i >= 0; i-- {
+		killNSPids(ns[i])
+		if err := run("ip", "netns", "del", ns[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if h.ID != "" {
+		os.Remove(filepath.Join(stateDir, h.ID))
+	}
+	untrack(h)
+	if h.Dir != "" && os.Getenv("FLEETTEST_KEEP") == "" {
+		os.RemoveAll(h.Dir)
+	}
+	return errors.Join(errs...)
+}
+
+// killNSPids SIGKILLs every process left in namespace ns.
+func killNSPids(ns string) {
+	out, _ := exec.Command("ip", "netns", "pids", ns).Output()
+	for _, f := range strings.Fields(string(out)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+var leftoverRE = regexp.MustCompile(`^` + Prefix + `([0-9a-f]{4})(h|n[0-9]+)$`)
+
+// RemoveLeftovers deletes the namespaces (and kills the processes in
+// them) and the working directories of earlier runs whose owner process
+// is gone. Runs whose owner is
+// alive (another test running now) are left alone.
+func RemoveLeftovers(logf func(string, ...any)) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		m := leftoverRE.FindStringSubmatch(f[0])
+		if m == nil || ownerAlive(m[1]) {
+			continue
+		}
+		killNSPids(f[0])
+		if err := run("ip", "netns", "del", f[0]); err == nil && logf != nil {
+			logf("fleettest: removed leftover namespace %s", f[0])
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), Prefix+"[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-*"))
+	for _, d := range dirs {
+		if id := strings.TrimPrefix(filepath.Base(d), Prefix)[:4]; !ownerAlive(id) {
+			os.RemoveAll(d)
+		}
+	}
+	ents, _ := os.ReadDir(stateDir)
+	for _, e := range ents {
+		if !ownerAlive(e.Name()) {
+			os.Remove(filepath.Join(stateDir, e.Name()))
+		}
+	}
+}
+
+// ownerAlive says whether run id's owner process still runs.
+func ownerAlive(id string) bool {
+	b, err := os.ReadFile(filepath.Join(stateDir, id))
+	if err != nil {
+		return false // no owner on record: a leftover
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return false
+	}
+	return syscall.Kill(pid, 0) == nil
+}
+
+// Cached lists the dataset's objects n's cache holds (`cacheagent ls
+// --json`: a tier other than "none").
+func (n *Node) Cached(ctx context.Context) ([]string, error) {
+	out, err := n.CLI(ctx, "ls", "--json", n.h.URI())
+	if err != nil {
+		return nil, err
+	}
+	var rows []control.Object
+	if err := json.Unmarshal(out, &rows); err != nil {
+		return nil, fmt.Errorf("ls --json: %w: %s", err, out)
+	}
+	var names []string
+	for _, r := range rows {
+		if r.Tier != "" && r.Tier != "none" {
+			names = append(names, r.Name)
+		}
+	}
+	return names, nil
+}
+
+// Bad returns the number of mismatching copies the report counts: corrupt,
+// damaged and dropped.
+func (r VerifyReport) Bad() int {
+	n := 0
+	for _, k := range []string{"corrupt", "damaged"} {
+		if v, ok := r[k].(float64); ok {
+			n += int(v)
+		}
+	}
+	if d, ok := r["dropped"].([]any); ok {
+		n += len(d)
+	}
+	return n
+}
