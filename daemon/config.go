@@ -79,10 +79,38 @@ type Config struct {
 
 // SourceConfig is one dataset.
 type SourceConfig struct {
-	// URI is gs://BUCKET/PREFIX.
-	URI string `yaml:"uri"`
+	// URI is gs://BUCKET/PREFIX: a bucket or a prefix, no generation.
+	URI object.URI `yaml:"uri"`
 	// Warm prefetches the source at start, below demand and plan reads.
 	Warm bool `yaml:"warm"`
+	// uriErr is why the config file's uri did not parse; check reports it
+	// with the key's path and line.
+	uriErr error
+}
+
+// UnmarshalYAML decodes a source's mapping, strictly (unknown keys are
+// errors, as everywhere in the config file), parsing its uri.
+func (s *SourceConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind != yaml.MappingNode {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: a source is a mapping (uri, warm)", n.Line)}}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		switch k := n.Content[i].Value; k {
+		case "uri", "warm":
+		default:
+			return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: field %s not found in type daemon.SourceConfig", n.Content[i].Line, k)}}
+		}
+	}
+	var raw struct {
+		URI  string `yaml:"uri"`
+		Warm bool   `yaml:"warm"`
+	}
+	if err := n.Decode(&raw); err != nil {
+		return err
+	}
+	*s = SourceConfig{Warm: raw.Warm}
+	s.URI, s.uriErr = object.ParsePrefix(raw.URI)
+	return nil
 }
 
 // TiersConfig places and sizes the tiers.
@@ -350,11 +378,16 @@ func child(n *yaml.Node, p string) *yaml.Node {
 // check validates every field; the first problem is returned.
 func (c Config) check() *fieldError {
 	bad := func(msg string, path ...string) *fieldError { return &fieldError{path: path, msg: msg} }
-	seen := make(map[string]bool)
+	seen := make(map[object.URI]bool)
 	for i, s := range c.Sources {
 		idx := strconv.Itoa(i)
-		if _, err := object.ParsePrefix(s.URI); err != nil {
-			return bad(err.Error(), "sources", idx, "uri")
+		switch {
+		case s.uriErr != nil:
+			return bad(s.uriErr.Error(), "sources", idx, "uri")
+		case s.URI.Bucket == "":
+			return bad("no gs://BUCKET[/PREFIX] given", "sources", idx, "uri")
+		case s.URI.Generation != 0:
+			return bad(fmt.Sprintf("%s: a source cannot pin a generation", s.URI), "sources", idx, "uri")
 		}
 		if seen[s.URI] {
 			return bad(fmt.Sprintf("%s is listed twice", s.URI), "sources", idx, "uri")

@@ -9,6 +9,7 @@ import (
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/mount"
+	"github.com/cacheagent/cacheagent/object"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -28,7 +29,7 @@ gpu: auto
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != "gs://other" ||
+	if len(c.Sources) != 2 || !c.Sources[0].Warm || c.Sources[1].URI != (object.URI{Bucket: "other"}) ||
 		c.Tiers.Disk.Max != 300<<30 || c.Tiers.Shm.Max != 32<<30 || c.Fetch.Slice != 32<<20 ||
 		c.Fetch.Connections != 64 || c.Fetch.SmallObject != 256<<10 || c.Fetch.SmallConnections != 8 || time.Duration(c.Fetch.Revalidate) != 90*time.Second ||
 		c.Mount.Path != "/mnt/gcs" || c.Mount.OpenMode() != mount.OpenAsk || c.Control.Socket != control.DefaultSocket || c.GPU != "auto" ||
@@ -60,6 +61,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"fetch:\n  revalidate: soon\n", "line 2"},
 		{"sources:\n  - uri: gs://b/p\n  - uri: s3://b/p\n", "line 3: sources.1.uri"},
 		{"sources:\n  - uri: gs://b/p\n  - uri: gs://b/p\n", "listed twice"},
+		{"sources:\n  - uri: gs://b\n  - uri: gs://b/\n", "listed twice"},
+		{"sources:\n  - uri: gs://b/p\n    wram: true\n", "line 3: field wram not found"},
+		{"sources:\n  - uri: gs://b/p#12\n", "line 2: sources.0.uri"},
+		{"sources:\n  - warm: true\n", "line 2: sources.0.uri"},
+		{"sources:\n  - gs://b/p\n", "line 2: a source is a mapping"},
 		{"fetch:\n  connections: -4\n", "line 2: fetch.connections"},
 		{"fetch:\n  connections: many\n", "line 2"},
 		{"fetch:\n  small_connections: 70000\n", "line 2: fetch.small_connections"},

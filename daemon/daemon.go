@@ -194,8 +194,7 @@ func (d *Daemon) mount(ctx context.Context, cfg Config) error {
 	}
 	var roots []mount.Root
 	for _, s := range cfg.Sources {
-		u, _ := object.ParsePrefix(s.URI) // validated with the config
-		roots = append(roots, mount.Root{Bucket: u.Bucket, Prefix: u.Path})
+		roots = append(roots, mount.Root{Bucket: s.URI.Bucket, Prefix: s.URI.Path})
 	}
 	srv, err := mount.Mount(ctx, cfg.Mount.Path, mount.Config{Cache: d.cache, Source: d.src, Roots: roots,
 		AllowOther: true, Open: cfg.Mount.OpenMode(), Logger: d.log})

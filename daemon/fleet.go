@@ -44,7 +44,7 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 		return err
 	}
 	f, err := fleet.Start(ctx, *cfg.Fleet, fleet.Options{Weight: d.fleetWeight(), Version: d.opts.Version,
-		PeerAddr: p.ln.Addr().String(), Logger: d.log})
+		PeerAddr: p.ln.Addr().String(), Logger: d.log, Keys: p.keys})
 	if err != nil {
 		p.ln.Close()
 		return fmt.Errorf("daemon: fleet: %w", err)
@@ -99,29 +99,25 @@ func (d *Daemon) fleetListed(uri string, objs []object.Attrs) []object.Attrs {
 // bound); a larger source is placed by rendezvous alone.
 const maxListedForBalance = 1 << 20
 
-// listForBalance lists the source uri and balances its owners over the
+// listForBalance lists the source u and balances its owners over the
 // objects (at most maxListedForBalance of them), so that reads of a
 // dataset no prefetch lists are placed the balanced way too.
-func (d *Daemon) listForBalance(ctx context.Context, uri string) {
-	u, err := object.ParsePrefix(uri)
-	if err != nil { // validated with the config
-		return
-	}
+func (d *Daemon) listForBalance(ctx context.Context, u object.URI) {
 	var objs []object.Attrs
 	for a, err := range d.src.List(ctx, u.Bucket, u.Path) {
 		if err != nil {
 			if ctx.Err() == nil {
-				d.log.Warn("fleet: list a source to balance its owners", "uri", uri, "err", err)
+				d.log.Warn("fleet: list a source to balance its owners", "uri", u, "err", err)
 			}
 			return
 		}
 		if objs = append(objs, a); len(objs) > maxListedForBalance {
-			d.log.Info("fleet: source too large to balance; its objects are placed by hashing alone", "uri", uri)
+			d.log.Info("fleet: source too large to balance; its objects are placed by hashing alone", "uri", u)
 			return
 		}
 	}
-	d.fleetListed(uri, objs)
-	d.log.Info("fleet: balanced the owners of a source", "uri", uri, "objects", len(objs))
+	d.fleetListed(u.String(), objs)
+	d.log.Info("fleet: balanced the owners of a source", "uri", u, "objects", len(objs))
 }
 
 // fleetWeight is this agent's placement weight: its disk tier's budget.

@@ -209,7 +209,7 @@ func TestReload(t *testing.T) {
 	next.Tiers.Disk.Max = 250_000
 	next.Fetch.Connections = 3
 	next.Fetch.Slice = 1 << 20
-	next.Sources = []SourceConfig{{URI: "gs://bkt/b/", Warm: true}}
+	next.Sources = []SourceConfig{{URI: object.URI{Bucket: "bkt", Path: "b/"}, Warm: true}}
 	changed, err := d.Reload(ctx, next)
 	if err != nil {
 		t.Fatal(err)

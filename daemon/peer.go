@@ -41,6 +41,7 @@ type peerPlane struct {
 	owner *fetch.Downloader // fills read from GCS: owned objects and peers' misses
 	dl    *peer.Downloader
 	key   []byte
+	keys  *fleet.Keys // the key file's keys, loaded once; nil when insecure
 	// owners ranks members by the fleet's current table; empty until the
 	// fleet starts (the cache opens first), so reads go to GCS meanwhile.
 	owners fleetOwners
@@ -59,11 +60,11 @@ type peerPlane struct {
 func newPeerPlane(gcs object.Source, fc *fleet.Config, fcfg fetch.Config) (*peerPlane, error) {
 	p := &peerPlane{key: insecurePeerKey}
 	if fc.KeyFile != "" {
-		secret, err := fleet.ReadKeyFile(fc.KeyFile)
+		keys, err := fleet.LoadKeys(fc.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("daemon: fleet: %w", err)
 		}
-		p.key = fleet.PeerKey(secret)
+		p.keys, p.key = keys, keys.Peer()
 	}
 	pc := peer.Config{Key: p.key, Owners: &p.owners}
 	if fc.TLS() {
@@ -128,13 +129,9 @@ func (p *peerPlane) server(cache *tier.Cache, buckets []string, log *slog.Logger
 
 // stats adds the data plane's traffic to s.
 func (p *peerPlane) stats(s *stats.Fleet) {
-	st := p.src.Stats()
-	s.PeerBytes, s.OriginBytes, s.PeerErrors = st.PeerBytes, st.OriginBytes, st.PeerErrors
-	s.Fallbacks, s.FallbackWaits = st.Fallbacks, st.FallbackWaits
-	s.Failovers, s.FailoverSeconds, s.FailoverMaxSeconds = st.Failovers, st.FailoverTime.Seconds(), st.FailoverMax.Seconds()
+	s.PeerReads = p.src.Stats()
 	if p.srv != nil {
-		ss := p.srv.Stats()
-		s.ServedBytes, s.ServedRequests = ss.BytesServed, ss.Requests
+		s.PeerServes = p.srv.Stats()
 	}
 }
 
@@ -154,12 +151,10 @@ func sourceBuckets(srcs []SourceConfig) []string {
 	var out []string
 	seen := make(map[string]bool)
 	for _, s := range srcs {
-		u, err := object.ParsePrefix(s.URI)
-		if err != nil || seen[u.Bucket] {
-			continue
+		if b := s.URI.Bucket; !seen[b] {
+			seen[b] = true
+			out = append(out, b)
 		}
-		seen[u.Bucket] = true
-		out = append(out, u.Bucket)
 	}
 	return out
 }

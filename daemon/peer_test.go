@@ -40,7 +40,7 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 	node := func(name string, join ...string) *Daemon {
 		cfg := testConfig(t.TempDir(), emu)
 		cfg.Tiers.Disk.Max = 1 << 30
-		cfg.Sources = []SourceConfig{{URI: "gs://bkt/d/"}}
+		cfg.Sources = []SourceConfig{{URI: object.URI{Bucket: "bkt", Path: "d/"}}}
 		cfg.Fleet = &fleet.Config{Name: name, Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", Join: join,
 			KeyFile: key}
 		return startDaemon(t, cfg)

@@ -150,12 +150,12 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 func (d *Daemon) applySources(old, next []SourceConfig) {
 	wasWarm := make(map[string]bool)
 	for _, s := range old {
-		wasWarm[s.URI] = s.Warm
+		wasWarm[s.URI.String()] = s.Warm
 	}
 	isWarm := make(map[string]bool)
 	for _, s := range next {
-		isWarm[s.URI] = s.Warm
-		if s.Warm && !wasWarm[s.URI] {
+		isWarm[s.URI.String()] = s.Warm
+		if s.Warm && !wasWarm[s.URI.String()] {
 			d.warm(s.URI)
 		}
 	}
@@ -163,14 +163,9 @@ func (d *Daemon) applySources(old, next []SourceConfig) {
 }
 
 // warm starts a warm-priority prefetch of a source.
-func (d *Daemon) warm(uri string) {
-	u, err := object.ParsePrefix(uri)
-	if err != nil { // validated with the config
-		d.log.Error("warm source", "uri", uri, "err", err)
-		return
-	}
-	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: uri, bucket: u.Bucket, prefix: u.Path,
+func (d *Daemon) warm(u object.URI) {
+	if _, err := d.jobs.start(jobSpec{kind: control.KindWarm, uri: u.String(), bucket: u.Bucket, prefix: u.Path,
 		prio: object.Warm}); err != nil {
-		d.log.Warn("warm source", "uri", uri, "err", err)
+		d.log.Warn("warm source", "uri", u, "err", err)
 	}
 }

@@ -76,7 +76,7 @@ func TestMount(t *testing.T) {
 		t.Run("open="+open, func(t *testing.T) {
 			dir := t.TempDir()
 			cfg := testConfig(dir, emu)
-			cfg.Sources = []SourceConfig{{URI: "gs://bkt/m/"}}
+			cfg.Sources = []SourceConfig{{URI: object.URI{Bucket: "bkt", Path: "m/"}}}
 			cfg.Mount.Path, cfg.Mount.Open = filepath.Join(dir, "mnt"), open
 			d := startDaemon(t, cfg)
 			got, err := os.ReadFile(filepath.Join(cfg.Mount.Path, "bkt", "m", "00"))

@@ -52,6 +52,9 @@ type Options struct {
 	PeerAddr string
 	// Logger receives the fleet's and memberlist's logs; nil discards them.
 	Logger *slog.Logger
+	// Keys are Config.KeyFile's keys, loaded once by the caller that also
+	// needs the data plane's key (LoadKeys); nil: Start loads them.
+	Keys *Keys
 }
 
 // Fleet is this agent's membership in a fleet: a memberlist instance, the
@@ -83,7 +86,8 @@ type Fleet struct {
 	closed  bool
 }
 
-// Start joins (or founds) a fleet: it reads the key file, starts
+// Start joins (or founds) a fleet: it loads the key file (unless
+// opts.Keys holds its keys), starts
 // memberlist on cfg.Listen with this agent's metadata (peer address,
 // weight, version), and, if cfg.Join lists members, joins them in the
 // background, retrying until one answers (Joined); it does not wait for
@@ -118,7 +122,7 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Fleet, error) {
 	if _, err := f.meta.encode(); err != nil {
 		return nil, err
 	}
-	mc, err := f.memberlistConfig(cfg)
+	mc, err := f.memberlistConfig(cfg, opts.Keys)
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +145,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Fleet, error) {
 }
 
 // memberlistConfig returns memberlist's LAN defaults set up for cfg: this
-// agent's name and address, the gossip key, the delegates and the logger.
-func (f *Fleet) memberlistConfig(cfg Config) (*memberlist.Config, error) {
+// agent's name and address, the gossip key (of keys, or of cfg.KeyFile when
+// keys is nil), the delegates and the logger.
+func (f *Fleet) memberlistConfig(cfg Config, keys *Keys) (*memberlist.Config, error) {
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
 	host, port := splitListen(cfg.Listen)
@@ -159,15 +164,17 @@ func (f *Fleet) memberlistConfig(cfg Config) (*memberlist.Config, error) {
 			"who reaches the gossip port can join")
 		return mc, nil
 	}
-	secret, worldReadable, err := readKeyFile(cfg.KeyFile)
-	if err != nil {
-		return nil, err
+	if keys == nil {
+		var err error
+		if keys, err = LoadKeys(cfg.KeyFile); err != nil {
+			return nil, err
+		}
 	}
-	if worldReadable {
-		f.log.Warn("fleet key file is readable by every user; chmod 600 or 400 it", "key_file", cfg.KeyFile)
+	if keys.worldReadable {
+		f.log.Warn("fleet key file is readable by every user; chmod 600 or 400 it", "key_file", keys.file)
 	}
-	mc.SecretKey = gossipKey(secret)
-	f.peerKey = PeerKey(secret)
+	mc.SecretKey = keys.gossip
+	f.peerKey = keys.peer
 	return mc, nil
 }
 

@@ -49,17 +49,33 @@ func ParseKey(b []byte) ([]byte, error) {
 	return secret, nil
 }
 
-// ReadKeyFile reads and parses the key file at path (ParseKey). A file that
-// group or others may write fails with ErrKeyPermissions; one that others
-// may read is accepted (a Kubernetes Secret volume's default mode is 0644)
-// and reported by Start as a warning.
-func ReadKeyFile(path string) ([]byte, error) {
-	secret, _, err := readKeyFile(path)
-	return secret, err
+// Keys are what a fleet member derives from its key file: memberlist's
+// gossip key and the peer data plane's key (Peer). Load them once with
+// LoadKeys and give them to Start (Options.Keys) and to the data plane.
+type Keys struct {
+	gossip, peer  []byte
+	file          string
+	worldReadable bool
 }
 
-// readKeyFile is ReadKeyFile that also reports whether others may read the
-// file.
+// LoadKeys reads and parses the key file at path (ParseKey) and derives the
+// fleet's keys from its secret. A file that group or others may write
+// fails with ErrKeyPermissions; one that others may read is accepted (a
+// Kubernetes Secret volume's default mode is 0644) and reported by Start as
+// a warning.
+func LoadKeys(path string) (*Keys, error) {
+	secret, worldReadable, err := readKeyFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return &Keys{gossip: gossipKey(secret), peer: PeerKey(secret), file: path, worldReadable: worldReadable}, nil
+}
+
+// Peer returns the peer data plane's key (PeerKeySize bytes).
+func (k *Keys) Peer() []byte { return k.peer }
+
+// readKeyFile reads and parses the key file at path and reports whether
+// others may read it.
 func readKeyFile(path string) (secret []byte, worldReadable bool, err error) {
 	f, err := os.Open(path)
 	if err != nil {

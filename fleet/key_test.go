@@ -77,7 +77,7 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-func TestReadKeyFile(t *testing.T) {
+func TestLoadKeys(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name string, mode os.FileMode) string {
 		p := filepath.Join(dir, name)
@@ -108,16 +108,16 @@ func TestReadKeyFile(t *testing.T) {
 				tt.mode, secret, readable, err, tt.worldReadable, tt.err)
 		}
 	}
-	if _, err := ReadKeyFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("ReadKeyFile(missing) = %v; want fs.ErrNotExist", err)
+	if _, err := LoadKeys(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("LoadKeys(missing) = %v; want fs.ErrNotExist", err)
 	}
-	if _, err := ReadKeyFile(dir); !errors.Is(err, ErrBadKey) {
-		t.Errorf("ReadKeyFile(a directory) = %v; want ErrBadKey", err)
+	if _, err := LoadKeys(dir); !errors.Is(err, ErrBadKey) {
+		t.Errorf("LoadKeys(a directory) = %v; want ErrBadKey", err)
 	}
 	bad := filepath.Join(dir, "bad")
 	os.WriteFile(bad, []byte("secret\n"), 0o600)
-	if _, err := ReadKeyFile(bad); !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), bad) {
-		t.Errorf("ReadKeyFile(not hex) = %v; want ErrBadKey naming the file", err)
+	if _, err := LoadKeys(bad); !errors.Is(err, ErrBadKey) || !strings.Contains(err.Error(), bad) {
+		t.Errorf("LoadKeys(not hex) = %v; want ErrBadKey naming the file", err)
 	}
 }
 

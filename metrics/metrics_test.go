@@ -101,8 +101,9 @@ func newTestServer(t *testing.T) *httptest.Server {
 		},
 		Fleet: func() (stats.Fleet, bool) {
 			return stats.Fleet{Self: "node-a", Members: map[string]int{"alive": 2, "dead": 1},
-				PeerBytes: map[string]int64{"node-b": 1 << 20}, OriginBytes: 1 << 20,
-				PeerErrors: map[string]int64{"timeout": 1}, ServedRequests: map[string]int64{"ok": 3}}, true
+				PeerReads: stats.PeerReads{PeerBytes: map[string]int64{"node-b": 1 << 20}, OriginBytes: 1 << 20,
+					PeerErrors: map[string]int64{"timeout": 1}},
+				PeerServes: stats.PeerServes{ServedRequests: map[string]int64{"ok": 3}}}, true
 		},
 		Mount: func() (stats.Mount, bool) {
 			return stats.Mount{Path: "/mnt/gcs", Open: "skip", Opens: 3, Reads: 2, ReadBytes: 4096, Buckets: 1}, true

@@ -3,7 +3,6 @@ package peer
 import (
 	"net"
 	"testing"
-	"time"
 
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fleet/placement"
@@ -52,7 +51,7 @@ func TestChunkedReadAllAtOnce(t *testing.T) {
 		t.Fatalf("chunk owners %v: want all three nodes to own some (pick another object name)", owners)
 	}
 	for _, n := range nodes {
-		if got := n.srv.Stats().BytesServed; got != want[n.name] {
+		if got := n.srv.Stats().ServedBytes; got != want[n.name] {
 			t.Errorf("%s served %d bytes; want %d (twice its chunks)", n.name, got, want[n.name])
 		}
 		if n.src.Keeps(object.Attrs{Object: o, Size: bigSize}) {
@@ -106,7 +105,7 @@ func TestChunkedOwnerDown(t *testing.T) {
 		t.Fatal("c owns no chunk: pick another object name")
 	}
 	// A refusal costs no wait, and c is skipped while it cools down.
-	if st := a.src.Stats(); st.PeerErrors["refused"] == 0 || st.FailoverMax > time.Second {
+	if st := a.src.Stats(); st.PeerErrors["refused"] == 0 || st.FailoverMaxSeconds > 1 {
 		t.Errorf("a: Stats = %+v; want refusals from c, and no read waiting long on it", st)
 	}
 	// Each of a and b reads c's chunks from GCS at most once each, plus
@@ -137,7 +136,7 @@ func TestChunkedCorruptPeer(t *testing.T) {
 	if st := a.src.Stats(); st.PeerBytes["b"] != bigSize || st.OriginBytes != bigSize {
 		t.Errorf("a: Stats = %+v; want the object once from b, once (the re-read) from GCS", st)
 	}
-	if n := b.srv.Stats().Requests["ok"]; n != int64(placement.Chunks(bigSize, testChunk)) {
+	if n := b.srv.Stats().ServedRequests["ok"]; n != int64(placement.Chunks(bigSize, testChunk)) {
 		t.Errorf("b answered %d requests; want one per chunk", n)
 	}
 }
@@ -181,7 +180,7 @@ func TestChunkRequests(t *testing.T) {
 		string(body) != string(data[3*testChunk:3*testChunk+7]) {
 		t.Errorf("chunk 3 from the whole copy: status %d", status)
 	}
-	if got := s.srv.Stats().Requests["ok"]; got != 4 {
+	if got := s.srv.Stats().ServedRequests["ok"]; got != 4 {
 		t.Errorf("%d answers ok; want 4", got)
 	}
 }

@@ -57,7 +57,7 @@ func TestOwnerStalls(t *testing.T) {
 	}
 	// Each failed-over read lost at least the first-byte timeout; the
 	// cool-down sends the later ones to GCS without a wait.
-	if st.Failovers == 0 || st.FailoverMax < 50*time.Millisecond || st.FailoverTime < st.FailoverMax {
+	if st.Failovers == 0 || st.FailoverMaxSeconds < 0.05 || st.FailoverSeconds < st.FailoverMaxSeconds {
 		t.Errorf("Stats = %+v; want failovers of at least the 50ms first-byte timeout", st)
 	}
 }
@@ -96,7 +96,7 @@ func TestOwnerStallsMidBody(t *testing.T) {
 	if st.PeerErrors["timeout"] == 0 || st.PeerBytes["b"] == 0 || st.PeerBytes["b"]+st.OriginBytes < objSize {
 		t.Errorf("Stats = %+v; want stalls, some bytes from b and the rest from GCS", st)
 	}
-	if st.Failovers == 0 || st.FailoverMax < 50*time.Millisecond {
+	if st.Failovers == 0 || st.FailoverMaxSeconds < 0.05 {
 		t.Errorf("Stats = %+v; want failovers of at least the 50ms stall timeout", st)
 	}
 }
@@ -141,7 +141,7 @@ func TestWrongKey(t *testing.T) {
 	if st := a.src.Stats(); st.PeerErrors["auth"] == 0 || st.OriginBytes != objSize {
 		t.Errorf("a: Stats = %+v; want auth errors and every byte from GCS", st)
 	}
-	if st := b.srv.Stats(); st.Requests["auth"] == 0 || st.BytesServed != 0 {
+	if st := b.srv.Stats(); st.ServedRequests["auth"] == 0 || st.ServedBytes != 0 {
 		t.Errorf("b: server Stats = %+v; want refusals and nothing served", st)
 	}
 }
@@ -159,7 +159,7 @@ func TestBucketNotServed(t *testing.T) {
 	if st := a.src.Stats(); st.PeerErrors["auth"] == 0 || st.OriginBytes != objSize {
 		t.Errorf("a: Stats = %+v; want refusals and every byte from GCS", st)
 	}
-	if st := b.srv.Stats(); st.Requests["forbidden"] == 0 || st.BytesServed != 0 {
+	if st := b.srv.Stats(); st.ServedRequests["forbidden"] == 0 || st.ServedBytes != 0 {
 		t.Errorf("b: server Stats = %+v; want 403s and nothing served", st)
 	}
 }

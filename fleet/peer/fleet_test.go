@@ -43,7 +43,7 @@ func TestReadFromOwner(t *testing.T) {
 	if st := own.src.Stats(); st.OriginBytes != objSize {
 		t.Errorf("owner %s: %d bytes from GCS; want %d", owner, st.OriginBytes, objSize)
 	}
-	if st := own.srv.Stats(); st.BytesServed != 2*objSize || st.Requests["ok"] == 0 {
+	if st := own.srv.Stats(); st.ServedBytes != 2*objSize || st.ServedRequests["ok"] == 0 {
 		t.Errorf("owner %s: server Stats = %+v; want %d bytes served", owner, st, 2*objSize)
 	}
 }

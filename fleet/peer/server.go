@@ -16,6 +16,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/object"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
 
@@ -336,21 +337,11 @@ func (c *corrupting) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ServerStats are a Server's counters since NewServer.
-type ServerStats struct {
-	// BytesServed is the number of object bytes sent to peers.
-	BytesServed int64 `json:"bytes_served"`
-	// Requests counts answered requests by outcome: ok, bad_request,
-	// auth, forbidden, not_found, loop, range, busy, error, gone (the
-	// requester left before the answer).
-	Requests map[string]int64 `json:"requests"`
-}
-
-// Stats returns a snapshot of the Server's counters.
-func (s *Server) Stats() ServerStats {
-	st := ServerStats{BytesServed: s.bytes.Load(), Requests: make(map[string]int64, numOutcomes)}
+// Stats returns a snapshot of the Server's counters since NewServer.
+func (s *Server) Stats() stats.PeerServes {
+	st := stats.PeerServes{ServedBytes: s.bytes.Load(), ServedRequests: make(map[string]int64, numOutcomes)}
 	for i := range s.outcomes {
-		st.Requests[outcome(i).String()] = s.outcomes[i].Load()
+		st.ServedRequests[outcome(i).String()] = s.outcomes[i].Load()
 	}
 	return st
 }

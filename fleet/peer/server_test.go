@@ -106,7 +106,7 @@ func TestServerAnswers(t *testing.T) {
 	if status, _, _ := send(t, req, testKey); status != http.StatusBadRequest {
 		t.Errorf("POST: status %d; want 400", status)
 	}
-	if st := b.srv.Stats(); st.Requests["ok"] != 1 || st.BytesServed != 200 || st.Requests["bad_request"] != 12 {
+	if st := b.srv.Stats(); st.ServedRequests["ok"] != 1 || st.ServedBytes != 200 || st.ServedRequests["bad_request"] != 12 {
 		t.Errorf("Stats = %+v; want 1 ok of 200 bytes, 12 bad requests", st)
 	}
 }
@@ -207,7 +207,7 @@ func TestServerMaxWait(t *testing.T) {
 	if status, _, body := get(t, b.addr, uriOf(o, 0, 10), testKey); status != http.StatusOK || string(body) != string(data[:10]) {
 		t.Errorf("GET of the cached object: status %d", status)
 	}
-	if st := b.srv.Stats(); st.Requests["busy"] != 1 {
+	if st := b.srv.Stats(); st.ServedRequests["busy"] != 1 {
 		t.Errorf("server Stats = %+v; want one busy answer", st)
 	}
 }

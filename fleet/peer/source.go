@@ -19,6 +19,7 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/object"
+	"github.com/cacheagent/cacheagent/stats"
 )
 
 // Defaults for the zero fields of Config.
@@ -404,43 +405,18 @@ func (s *Source) forward(o object.Object) (done func()) {
 	}
 }
 
-// Stats are a Source's counters since New.
-type Stats struct {
-	// PeerBytes is the number of bytes received from each peer, by member
-	// name.
-	PeerBytes map[string]int64 `json:"peer_bytes"`
-	// OriginBytes is the number of bytes read from the origin (GCS).
-	OriginBytes int64 `json:"origin_bytes"`
-	// PeerErrors counts failed peer requests by Cause name; every cause is
-	// present.
-	PeerErrors map[string]int64 `json:"peer_errors"`
-	// Fallbacks is the number of range reads sent to the origin after a
-	// peer failed or was skipped; FallbackWaits, those of them that waited
-	// for the token bucket.
-	Fallbacks     int64 `json:"fallbacks"`
-	FallbackWaits int64 `json:"fallback_waits"`
-	// Failovers counts the reads a peer failed (refused, timed out,
-	// stalled mid-body or answered wrongly) that then got their bytes
-	// elsewhere or were retried; FailoverTime is the time they lost to
-	// the failing peers (from the first request to a peer that failed to
-	// the request that answered, or from a body's last byte to its stall),
-	// and FailoverMax the longest such wait: a survivor's stall when a
-	// member dies.
-	Failovers    int64         `json:"failovers"`
-	FailoverTime time.Duration `json:"failover_ns"`
-	FailoverMax  time.Duration `json:"failover_max_ns"`
-}
-
 // Stats returns a snapshot of the Source's counters.
-func (s *Source) Stats() Stats {
-	st := Stats{
+func (s *Source) Stats() stats.PeerReads {
+	st := stats.PeerReads{
 		PeerBytes:     make(map[string]int64),
 		OriginBytes:   s.originBytes.Load(),
 		PeerErrors:    make(map[string]int64, numCauses),
 		Fallbacks:     s.fallbacks.Load(),
 		FallbackWaits: s.fallbackWaits.Load(),
 	}
-	st.Failovers, st.FailoverTime, st.FailoverMax = s.failovers.snapshot()
+	var sum, longest time.Duration
+	st.Failovers, sum, longest = s.failovers.snapshot()
+	st.FailoverSeconds, st.FailoverMaxSeconds = sum.Seconds(), longest.Seconds()
 	for i := range s.errs {
 		st.PeerErrors[Cause(i).String()] = s.errs[i].Load()
 	}

@@ -78,8 +78,8 @@ func TestTLS(t *testing.T) {
 			if c.cause != "" && st.PeerErrors[c.cause] == 0 {
 				t.Errorf("a: Stats = %+v; want %s errors", st, c.cause)
 			}
-			if b.srv.Stats().BytesServed != 0 {
-				t.Errorf("b served %d bytes; want none", b.srv.Stats().BytesServed)
+			if b.srv.Stats().ServedBytes != 0 {
+				t.Errorf("b served %d bytes; want none", b.srv.Stats().ServedBytes)
 			}
 		})
 	}
