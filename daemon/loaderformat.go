@@ -72,13 +72,6 @@ func (d *Daemon) loaderDataset(ctx context.Context, req control.LoaderRequest, s
 	return loader.FromPatternWith(ctx, d.src, u.Bucket, u.Path, req.Pattern, o)
 }
 
-// typeChars are the numpy kind and size of each element type numpy has.
-var typeChars = map[array.DType]string{
-	array.Bool: "b1", array.Int8: "i1", array.Int16: "i2", array.Int32: "i4", array.Int64: "i8",
-	array.Uint8: "u1", array.Uint16: "u2", array.Uint32: "u4", array.Uint64: "u8", array.Float16: "f2",
-	array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16",
-}
-
 // ringArrays returns the ring's arrays for a loader of cfg (its dataset,
 // batch size, token output type and WebDataset field bound), then the ids.
 func ringArrays(cfg loader.Config) ([]ring.ArraySpec, error) {
@@ -141,18 +134,11 @@ func fieldSizes(ds loader.Dataset, batch, bound int) ([]int, error) {
 
 // ringArray returns the ring's spec of a fixed-shape array.
 func ringArray(name string, sp loader.Spec) (ring.ArraySpec, error) {
-	tc, ok := typeChars[sp.DType]
+	ts, ok := sp.DType.Typestr(sp.ByteOrder)
 	if !ok {
 		return ring.ArraySpec{}, fmt.Errorf("%w: array %q: %s has no numpy type string", loader.ErrDataset, name, sp.DType)
 	}
-	order := "|"
-	switch sp.ByteOrder {
-	case array.Little:
-		order = "<"
-	case array.Big:
-		order = ">"
-	}
-	return ring.ArraySpec{Name: name, DType: order + tc, Row: append([]int{}, sp.Row...)}, nil
+	return ring.ArraySpec{Name: name, DType: ts, Row: append([]int{}, sp.Row...)}, nil
 }
 
 // firstBuffer returns the first byte of b's first buffer: its first

@@ -200,7 +200,7 @@ func (h *Header) interpret(d dict, text []byte) error {
 	switch d.descr.kind {
 	case kindString:
 		h.Descr = d.descr.str
-		h.DType, h.ByteOrder = parseDescr(h.Descr)
+		h.DType, h.ByteOrder = array.ParseTypestr(h.Descr)
 	case kindList, kindTuple:
 		// Structured or subarray types: well-formed but unsupported.
 		raw := text[d.descr.start:d.descr.end]
