@@ -8,6 +8,17 @@ is stopped at the end, also on failure.
 
 With CI=true a missing tool or module (go, numpy, torch) fails a test
 instead of skipping it.
+
+The tests import the *installed* ``cacheagent``: scripts/test.sh (CI)
+installs ./python into a fresh venv and runs them with its interpreter from
+a directory where python/src is not importable (``test_install.py`` checks
+that). Nothing here puts python/src on sys.path; for a quick run against the
+source tree set it yourself:
+
+    PYTHONPATH=python/src /usr/bin/python3 -m pytest -q python/tests
+
+Child processes the tests start import the same package as the tests
+(:func:`child_env`).
 """
 
 from __future__ import annotations
@@ -18,7 +29,6 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -29,14 +39,31 @@ from urllib.parse import quote
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python" / "src"))
+SRC = REPO / "python" / "src"
 
-import cacheagent  # noqa: E402
+try:
+    import cacheagent
+except ImportError as e:  # pragma: no cover - depends on how pytest was started
+    raise ImportError(f"{e}: install the package (pip install ./python, as scripts/test.sh does in a venv), "
+                      f"or set PYTHONPATH={SRC} to test the source tree") from e
+
+PKG_ROOT = Path(cacheagent.__file__).resolve().parents[1]
+"""The sys.path entry the tests' cacheagent comes from (site-packages, or python/src)."""
 
 CI = os.environ.get("CI") == "true"
 BUCKET = "bench"
 N_OBJECTS = 4
 OBJECT_SIZE = 256 << 10
+
+
+def child_env(**extra: str) -> Dict[str, str]:
+    """The environment of a child Python process (sys.executable) that
+    imports the same cacheagent as the tests: PYTHONPATH names python/src
+    only when the tests run against it."""
+    env = dict(os.environ, **extra)
+    if PKG_ROOT == SRC.resolve():
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def need(module: str):

@@ -14,7 +14,7 @@ import pytest
 
 import cacheagent
 from cacheagent import errors
-from conftest import N_OBJECTS, OBJECT_SIZE, need, wait_for
+from conftest import N_OBJECTS, OBJECT_SIZE, PKG_ROOT, need, wait_for
 
 OBJ = "data/obj-00001"
 
@@ -92,7 +92,8 @@ def test_error_codes_map_to_classes():
                       ("checksum", errors.ChecksumError), ("no_space", errors.NoSpace), ("no_shm", errors.NoShm),
                       ("not_found", errors.ResourceNotFound), ("invalid", errors.InvalidRequest),
                       ("unavailable", errors.DaemonUnavailable), ("session_ended", errors.SessionEnded),
-                      ("internal", errors.InternalError), ("brand_new", errors.InternalError)]:
+                      ("no_fleet", errors.NoFleet), ("internal", errors.InternalError),
+                      ("brand_new", errors.InternalError)]:
         e = errors.error_for(code, "the daemon's words", 400)
         assert type(e) is cls and str(e) == "the daemon's words" and e.status == 400
         assert isinstance(e, cacheagent.CacheagentError)
@@ -210,9 +211,9 @@ CHILD = textwrap.dedent("""
 
 
 def test_sigkill_releases_leases(daemon, client):
-    src = os.path.join(os.path.dirname(os.path.dirname(__file__)), "src")
     uris = [daemon.uri(f"data/obj-{i:05d}") for i in range(3)]
-    child = subprocess.Popen([sys.executable, "-c", CHILD, src, daemon.socket, *uris], stdout=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(PKG_ROOT), daemon.socket, *uris],
+                             stdout=subprocess.PIPE)
     try:
         assert child.stdout.readline().strip() == b"ready"
         assert client.status()["leases"] == 3
@@ -314,3 +315,10 @@ def test_evicted_lease_turns_stale(daemon, client):
         assert lease.bytes().tobytes() == want  # still readable until closed
     with client.open(daemon.uri(name)) as again:
         assert not again.stale and again.bytes().tobytes() == want
+
+
+def test_no_fleet(client):
+    """A daemon without a fleet: section answers GET /v1/fleet with code no_fleet."""
+    with pytest.raises(cacheagent.NoFleet) as ei:
+        client._request("GET", "/v1/fleet")
+    assert ei.value.code == "no_fleet" and ei.value.status == 404 and ei.value.message

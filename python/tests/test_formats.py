@@ -189,7 +189,7 @@ def test_webdataset_fields_match_tarfile(daemon, wds):
 def test_webdataset_field_bytes_too_small(daemon, wds):
     with cacheagent.Loader("gs://bench/fmt/wds/", pattern="shard-*.tar", batch_size=4, field_bytes=16,
                            socket=daemon.socket, timeout=30) as ld:
-        with pytest.raises(cacheagent.InternalError, match="exceeds its buffer"):
+        with pytest.raises(cacheagent.LoaderError, match="exceeds its buffer"):
             for _ in ld:
                 pass
 

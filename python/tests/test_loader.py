@@ -12,13 +12,12 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 from typing import List
 
 import pytest
 
 import cacheagent
-from conftest import CI, REPO, need, wait_for
+from conftest import CI, child_env, need, wait_for
 
 PREFIX = "ld/"
 PATTERN = "shard-*.{x,y}.npy"
@@ -26,7 +25,6 @@ ROWS = [300, 257, 410, 123]  # rows per shard: 1090 samples
 BIG_PREFIX = "ldbig/"
 BIG_ROW = 64 << 10  # bytes per row of the big dataset
 BIG_ROWS = 512
-SRC = str(REPO / "python" / "src")
 
 
 def _npy(a) -> bytes:
@@ -86,9 +84,8 @@ def loader(daemon, **kw) -> cacheagent.Loader:
 
 
 def child(script: str, **env) -> subprocess.Popen:
-    e = dict(os.environ, PYTHONPATH=SRC, **env)
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=e, text=True)
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=child_env(**env), text=True)
 
 
 def loader_sessions(client) -> int:
@@ -173,13 +170,64 @@ def test_state_dict_in_process(daemon, dataset):
     with loader(daemon, seed=9, epochs=2) as ld:
         it = iter(ld)
         got = [next(it).ids.tolist() for _ in range(5)]
-        st = ld.state_dict()  # the fifth batch is still held (keep=1)
-        assert (st["epoch"], st["batch"]) == (0, 4)
+        st = ld.state_dict()  # the fifth batch, still held (keep=1), counts as consumed
+        assert (st["epoch"], st["batch"]) == (0, 5)
+        held = ld.state_dict(resume_held=True)  # the daemon's: the earliest batch held
+        assert held == dict(st, batch=4)
         ld.load_state_dict(st)
-        got = got[:4] + [b.ids.tolist() for b in ld]
+        assert ld.state_dict() == st  # before any batch: the loaded state
+        got += [b.ids.tolist() for b in ld]
+        assert ld.state_dict() == dict(st, epoch=1, batch=0)
         got += [b.ids.tolist() for b in ld]
         assert ld.state_dict()["epoch"] == 2
     assert got == want
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_state_dict_in_loop_body_resumes_after_the_batch_in_hand(daemon, dataset, k):
+    """torchdata's StatefulDataLoader convention: a state taken in the loop
+    body after k batches resumes with batch k+1 (index k); with
+    resume_held it resumes with the batch in hand (index k-1)."""
+    want = ref_ids(daemon, batch=64, seed=11, shuffle="global")
+    with loader(daemon, seed=11, shuffle="global") as ld:
+        assert ld.state_dict() == {"epoch": 0, "batch": 0, "fingerprint": ld.state_dict()["fingerprint"]}
+        for i, b in enumerate(ld):
+            if i == k - 1:
+                st, held = ld.state_dict(), ld.state_dict(resume_held=True)
+                assert b.index == k - 1 and b.ids.tolist() == want[k - 1]
+                break
+    fp = ld.info["start"]["fingerprint"]
+    assert st == {"epoch": 0, "batch": k, "fingerprint": fp} and held == dict(st, batch=k - 1) and fp
+    for state, first in ((st, k), (held, k - 1)):
+        with loader(daemon, seed=11, shuffle="global") as ld:
+            ld.load_state_dict(state)
+            got = [(b.epoch, b.index, b.ids.tolist()) for b in ld]
+        assert got[0] == (0, first, want[first])
+        assert [ids for _, _, ids in got] == want[first:]
+    # resume_held=True on the Loader makes it state_dict's default
+    with loader(daemon, seed=11, shuffle="global", resume_held=True) as ld:
+        it = iter(ld)
+        for _ in range(k):
+            next(it)
+        assert ld.state_dict() == held and ld.state_dict(resume_held=False) == st
+
+
+def test_state_dict_at_epoch_ends_and_set_epoch(daemon, dataset):
+    with loader(daemon, seed=11, epochs=3) as ld:
+        n = len(ld)
+        fp = ld.state_dict()["fingerprint"]
+        for b in ld:
+            # in the loop body of the epoch's last batch: the next epoch's start
+            want = (0, b.index + 1) if b.index + 1 < n else (1, 0)
+            assert ld.state_dict() == {"epoch": want[0], "batch": want[1], "fingerprint": fp}
+        assert ld.state_dict() == {"epoch": 1, "batch": 0, "fingerprint": fp}
+        it = iter(ld)
+        next(it)
+        next(it)
+        assert ld.state_dict()["batch"] == 2
+        ld.set_epoch(2)  # the next iteration reads epoch 2 from its start
+        assert ld.state_dict() == {"epoch": 2, "batch": 0, "fingerprint": fp}
+        assert next(iter(ld)).epoch == 2 and ld.state_dict() == {"epoch": 2, "batch": 1, "fingerprint": fp}
 
 
 def _wait_line(p: subprocess.Popen, timeout: float = 30) -> str:
@@ -382,7 +430,7 @@ def test_slot_header_mismatch_is_an_error(daemon, dataset):
 
     with loader(daemon, seed=3) as ld:
         b = next(iter(ld))
-        with pytest.raises(cacheagent.InternalError, match="the Ready says batch"):
+        with pytest.raises(cacheagent.ProtocolError, match="the Ready says batch"):
             ld._batch((T_READY, b.slot, b.seq + 1, b.epoch, b.index, len(b), 0))
 
 
@@ -422,10 +470,9 @@ def test_small_dev_shm(daemon, big_dataset):
         pytest.skip("needs root and unshare")
     script = daemon.tmp / "shm_child.py"
     script.write_text(textwrap.dedent(SHM_CHILD % (daemon.socket, BIG_ROW)))
-    py = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
     r = subprocess.run(["unshare", "-m", "sh", "-c",
-                        f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {py} {script}"],
-                       capture_output=True, text=True, timeout=120, env=dict(os.environ, PYTHONPATH=SRC))
+                        f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} {script}"],
+                       capture_output=True, text=True, timeout=120, env=child_env())
     assert r.returncode == 0, r.stderr[-3000:]
     words = r.stdout.split()
     assert words[0] == "ok" and int(words[1]) > 64 << 20 and int(words[2]) == BIG_ROWS, r.stdout

@@ -28,8 +28,8 @@ from typing import Optional
 from ._version import __version__
 from .client import DEFAULT_SOCKET, Client, DaemonInfo
 from .errors import (CacheagentError, ChecksumError, ClientClosed, DaemonNotRunning, DaemonTimeout,
-                     DaemonUnavailable, InternalError, InvalidName, InvalidRequest, NoShm, NoSpace, NotFound,
-                     ResourceNotFound, SessionEnded)
+                     DaemonUnavailable, InternalError, InvalidName, InvalidRequest, LoaderError, NoFleet, NoShm,
+                     NoSpace, NotFound, ProtocolError, ResourceNotFound, SessionEnded)
 from .lease import Lease, ObjectAttrs
 from .batch import Field
 from .loader import Batch, Loader
@@ -41,8 +41,8 @@ __all__ = [
     "Plan", "PlanInfo",
     "URI", "ObjectRef", "ObjectLike", "open", "plan", "parse_uri", "parse_object", "parse_prefix", "object_of",
     "CacheagentError", "NotFound", "InvalidName", "ChecksumError", "NoSpace", "NoShm", "ResourceNotFound",
-    "InvalidRequest", "DaemonUnavailable", "DaemonNotRunning", "DaemonTimeout", "SessionEnded",
-    "InternalError", "ClientClosed",
+    "InvalidRequest", "DaemonUnavailable", "DaemonNotRunning", "DaemonTimeout", "SessionEnded", "NoFleet",
+    "LoaderError", "ProtocolError", "InternalError", "ClientClosed",
 ]
 
 

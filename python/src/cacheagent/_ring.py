@@ -8,9 +8,10 @@ descriptors in the ring. These are their Python ``struct`` forms.
 from __future__ import annotations
 
 import struct
+from typing import Dict, Type
 
 from . import errors
-from .errors import InternalError, InvalidRequest
+from .errors import InternalError, InvalidRequest, LoaderError, ProtocolError
 
 PROTOCOL = 1
 MAGIC = 0x31475243  # "CRG1"
@@ -36,15 +37,21 @@ _DESC = struct.Struct("<HBx12s8qQQ")
 _DESC_OFF = 64
 STATE_READY = 2
 
-# Data-socket error codes.
+# Data-socket error codes (loader/ring's Code* constants) and the class each
+# one raises here; tests/test_errors.py checks them against the Go source.
 CODE_PROTOCOL, CODE_LOADER, CODE_REFUSED, CODE_INTERNAL = 1, 2, 3, 4
+RING_ERRORS: Dict[int, Type[errors.CacheagentError]] = {
+    CODE_PROTOCOL: ProtocolError,  # the daemon ends the session
+    CODE_LOADER: LoaderError,  # no more batches come
+    CODE_REFUSED: InvalidRequest,  # a Seek or Hello refused; the session goes on
+    CODE_INTERNAL: InternalError,  # the session ends
+}
 
 
 def _ring_error(code: int, text: str) -> errors.CacheagentError:
-    if code == CODE_REFUSED:
-        return InvalidRequest(f"cacheagent loader: {text}", code="invalid")
-    if code == CODE_LOADER:
-        return InternalError(f"cacheagent loader: {text}", code="loader")
-    if code == CODE_PROTOCOL:
-        return InternalError(f"cacheagent loader: protocol error: {text}", code="protocol")
-    return InternalError(f"cacheagent loader: {text}", code="internal")
+    """The exception for a data-socket Error message (InternalError, code
+    ``internal``, for a code this client does not know)."""
+    cls = RING_ERRORS.get(code, InternalError)
+    if cls is ProtocolError:
+        text = f"protocol error: {text}"
+    return cls(f"cacheagent loader: {text}", code=cls.code)

@@ -1,8 +1,11 @@
 """Exceptions raised by the cacheagent client.
 
 Every error the daemon answers with is an :class:`CacheagentError` whose
-subclass stands for the daemon's error code (``control/errors.go``) and
-whose message is the daemon's own. Problems reaching the daemon are
+subclass stands for the daemon's error code (``control/errors.go``'s
+``Code*`` constants; a loader session's data socket has its own codes,
+``loader/ring``'s, which map to :class:`ProtocolError`, :class:`LoaderError`,
+:class:`InvalidRequest` and :class:`InternalError`) and whose message is the
+daemon's own. Problems reaching the daemon are
 :class:`DaemonUnavailable` (and :class:`DaemonNotRunning` when nothing
 listens on the socket); a call that takes longer than its timeout raises
 :class:`DaemonTimeout`.
@@ -26,6 +29,9 @@ __all__ = [
     "DaemonNotRunning",
     "DaemonTimeout",
     "SessionEnded",
+    "NoFleet",
+    "LoaderError",
+    "ProtocolError",
     "InternalError",
     "ClientClosed",
     "error_for",
@@ -132,6 +138,30 @@ class SessionEnded(CacheagentError):
     code = "session_ended"
 
 
+class NoFleet(CacheagentError):
+    """The daemon runs without a ``fleet:`` section (one node), so it has no
+    fleet to show (code ``no_fleet``)."""
+
+    code = "no_fleet"
+
+
+class LoaderError(CacheagentError):
+    """A loader session's loader failed (a shard could not be read or did
+    not decode, a batch outgrew its buffer): no more batches come and the
+    session is over (the data socket's code 2, ``loader``)."""
+
+    code = "loader"
+
+
+class ProtocolError(CacheagentError):
+    """The daemon and this client disagree on a loader session's data
+    socket protocol (a malformed or unexpected message, a slot that does not
+    hold the batch announced): the session is over (the data socket's code
+    1, ``protocol``)."""
+
+    code = "protocol"
+
+
 class InternalError(CacheagentError):
     """Any other daemon error (code ``internal`` or a code this client
     does not know)."""
@@ -143,11 +173,18 @@ class ClientClosed(CacheagentError):
     """The client (or the plan or lease) was used after ``close()``."""
 
 
-_BY_CODE: Dict[str, Type[CacheagentError]] = {
-    cls.code: cls  # type: ignore[misc]
-    for cls in (NotFound, InvalidName, ChecksumError, NoSpace, NoShm, ResourceNotFound, InvalidRequest,
-                DaemonUnavailable, SessionEnded, InternalError)
-}
+def _by_code(*classes: Type[CacheagentError]) -> Dict[str, Type[CacheagentError]]:
+    out: Dict[str, Type[CacheagentError]] = {}
+    for cls in classes:
+        if cls.code is None or cls.code in out:  # pragma: no cover - a bug in the table below
+            raise TypeError(f"{cls.__name__}: no code of its own")
+        out[cls.code] = cls
+    return out
+
+
+# The classes of the control API's error codes (control/errors.go).
+_BY_CODE = _by_code(NotFound, InvalidName, ChecksumError, NoSpace, NoShm, ResourceNotFound, InvalidRequest,
+                    DaemonUnavailable, SessionEnded, NoFleet, InternalError)
 
 
 def error_for(code: Optional[str], message: str, status: Optional[int] = None) -> CacheagentError:

@@ -37,7 +37,8 @@ from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from . import errors
 from .client import DEFAULT_SOCKET, Client
-from .errors import ClientClosed, DaemonTimeout, DaemonUnavailable, InternalError, InvalidRequest, SessionEnded
+from .errors import (ClientClosed, DaemonTimeout, DaemonUnavailable, InternalError, InvalidRequest, ProtocolError,
+                     SessionEnded)
 
 # The protocol's names (also used by bench/pyloader.py).
 from ._ring import (  # noqa: F401
@@ -107,6 +108,10 @@ class Loader:
             largest member. A batch that does not fit ends the session.
         keep: how many yielded batches stay valid (1..prefetch): a batch is
             released when the iterator has moved ``keep`` batches further.
+        resume_held: the default of :meth:`state_dict`'s ``resume_held``:
+            ``False`` (the default) counts every batch the iterator yielded
+            as consumed, as torchdata's StatefulDataLoader does; ``True``
+            resumes with the batches still held (the one in hand repeats).
         socket: the daemon's control socket.
         timeout: seconds any wait for the daemon may last (a batch included).
 
@@ -114,7 +119,9 @@ class Loader:
     iteration goes on with the next epoch, or ``set_epoch(e)`` picks one.
     An iteration broken off and started again restarts its epoch; the first
     one after :meth:`load_state_dict` starts at the saved batch. A new
-    iteration ends the one before. Use it as a context manager or call
+    iteration ends the one before. :meth:`state_dict` is the position after
+    the last batch yielded: a checkpoint taken in the loop body resumes with
+    the batch after the one in hand. Use it as a context manager or call
     :meth:`close`. A Loader is for one thread and is not inherited by forked
     children (open one per process).
     """
@@ -126,7 +133,7 @@ class Loader:
                  drop_last: bool = False, wrap: bool = True, prefetch: int = 0, workers: int = 0,
                  format: Optional[str] = None, seq_len: int = 0, token_dtype: Optional[str] = None,
                  token_out_dtype: Optional[str] = None, field_bytes: int = 0, keep: int = 1,
-                 socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
+                 resume_held: bool = False, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
         self._mm: Optional[mmap.mmap] = None
@@ -157,6 +164,7 @@ class Loader:
         self._req = req
         self.rank, self.world_size = int(rank), int(world_size)
         self.keep = int(keep)
+        self.resume_held = bool(resume_held)
         self.timeout = float(timeout)
         self._client = Client(socket, timeout=min(self.timeout, 30.0))
         self._handoff_ns = 0  # time spent from a Ready received to its views built
@@ -188,7 +196,7 @@ class Loader:
             raise InternalError(f"cacheagent loader: the session's first line is {info!r}")
         self._conn, self._resp = conn, resp
         if info.get("protocol") != PROTOCOL:
-            raise InternalError(f"cacheagent loader: the daemon speaks protocol {info.get('protocol')}, not {PROTOCOL}")
+            raise ProtocolError(f"cacheagent loader: the daemon speaks protocol {info.get('protocol')}, not {PROTOCOL}")
         self.info: Dict[str, Any] = info
         self.session: str = info["session"]
         self.slots: int = int(info["slots"])
@@ -203,6 +211,7 @@ class Loader:
         start = info.get("start") or {}
         self._fingerprint = int(start.get("fingerprint", 0))
         self._pos = (int(start.get("epoch", 0)), int(start.get("batch", 0)))  # the next Ready's place
+        self._consumed = self._pos  # the position after the last batch yielded (state_dict's)
         self._epoch = self._pos[0]
         self._fresh = True  # the first iteration starts at the session's start, mid-epoch or not
         self._ended = False  # End received: no Ready comes before a Seek
@@ -227,12 +236,12 @@ class Loader:
                 code, = struct.unpack_from("<I", msg, 4)
                 raise _ring_error(code, msg[8:].decode(errors="replace"))
             if len(msg) != _WELCOME.size or _TYPE.unpack_from(msg)[0] != T_WELCOME or len(fds) != 1:
-                raise InternalError(f"cacheagent loader: want a Welcome with the ring, got {msg[:16]!r} "
+                raise ProtocolError(f"cacheagent loader: want a Welcome with the ring, got {msg[:16]!r} "
                                     f"and {len(fds)} fds")
             _, proto, ring_bytes, slot_bytes, slots, narrays = _WELCOME.unpack(msg)
             if (ring_bytes, slot_bytes, slots, narrays) != (self.ring_bytes, self.slot_bytes, self.slots,
                                                               len(self.array_specs)):
-                raise InternalError("cacheagent loader: the Welcome does not match the session's first line")
+                raise ProtocolError("cacheagent loader: the Welcome does not match the session's first line")
             self._mm = mmap.mmap(fds[0], ring_bytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         finally:
             for fd in fds:
@@ -319,7 +328,7 @@ class Loader:
                 return t, (t, code, msg[8:].decode(errors="replace"))
         except struct.error:
             pass
-        raise InternalError(f"cacheagent loader: unexpected message {msg[:32]!r}", code="protocol")
+        raise ProtocolError(f"cacheagent loader: unexpected message {msg[:32]!r}")
 
     def _recv(self) -> Tuple[int, tuple]:
         if self._pending:
@@ -360,11 +369,13 @@ class Loader:
         _, slot, seq, epoch, index, n, _ = m
         base = slot * self.slot_bytes
         mm = self._mm
+        if mm is None:
+            raise ClientClosed("cacheagent: the loader is closed")
         magic, version, narrays, hseq, hepoch, hindex, hn, state, sbytes = _HEADER.unpack_from(mm, base)
         if magic != MAGIC or hseq != seq or hepoch != epoch or hindex != index or hn != n or state != STATE_READY:
-            raise InternalError(f"cacheagent loader: slot {slot} holds magic {magic:#x} batch {hseq} "
+            raise ProtocolError(f"cacheagent loader: slot {slot} holds magic {magic:#x} batch {hseq} "
                                 f"({hepoch}/{hindex}, {hn} samples, state {state}); the Ready says batch {seq} "
-                                f"({epoch}/{index}, {n} samples)", code="protocol")
+                                f"({epoch}/{index}, {n} samples)")
         np, ring, names, dtypes = self._np, self.ring, self._names, self._dtypes
         arrays: Dict[str, Any] = {}
         off = base + _DESC_OFF
@@ -408,6 +419,7 @@ class Loader:
             raise InvalidRequest(f"cacheagent loader: set_epoch({epoch}): epochs are >= 0", code="invalid")
         self._epoch = int(epoch)
         self._fresh = False
+        self._consumed = (self._epoch, 0)  # where the next iteration starts
 
     def __len__(self) -> int:
         """Batches per epoch."""
@@ -442,6 +454,7 @@ class Loader:
                 self._held[b.slot] = b
                 order.append(b)
                 self._pos = (m[3], m[4] + 1)
+                self._consumed = (m[3] + 1, 0) if m[4] + 1 >= self.batches_per_epoch else self._pos
                 self._batches += 1
                 self._wait_ns += t1 - t0
                 self._handoff_ns += perf() - t1
@@ -464,16 +477,33 @@ class Loader:
         if gen == self._iter_gen and not self._closed:
             self._release_all()
             self._epoch = epoch + 1
+            self._consumed = (epoch + 1, 0)
 
     # ----- state
 
-    def state_dict(self) -> Dict[str, int]:
-        """The position after the last batch released (the earliest batch
-        still held, else the one after the last handed out), as the Go
-        loader's State: ``{"epoch", "batch", "fingerprint"}``. Pass it to
-        :meth:`load_state_dict` (in this or another process, same settings
-        but the rank) to continue with the batches that would have followed."""
+    def state_dict(self, resume_held: Optional[bool] = None) -> Dict[str, int]:
+        """Where to resume, as the Go loader's State: ``{"epoch", "batch",
+        "fingerprint"}``. Pass it to :meth:`load_state_dict` (in this or
+        another process, same settings but the rank) to continue from there.
+
+        By default it is the position after the last batch the iterator
+        yielded: every yielded batch counts as consumed, as with torchdata's
+        StatefulDataLoader and Mosaic's StreamingDataLoader, so a state taken
+        in the loop body after ``k`` batches resumes with batch ``k`` (0-based,
+        the one after the batch in hand). After an epoch's last batch it is
+        the next epoch's batch 0; after ``set_epoch(e)``, epoch ``e``'s batch
+        0; before any batch, the session's start (or the loaded state).
+
+        ``resume_held=True`` (default: the Loader's ``resume_held``) asks the
+        daemon instead for the position after the batches released: the
+        earliest batch still held (with ``keep=1``, the one in hand), else
+        the one after the last handed out. Resuming from it yields the held
+        batches again, for a loop that has not finished with them.
+        """
         self._check()
+        if not (self.resume_held if resume_held is None else resume_held):
+            epoch, batch = self._consumed
+            return {"epoch": epoch, "batch": batch, "fingerprint": self._fingerprint}
         self._send(_STATE.pack(T_STATE))
         stash: List[Tuple[int, tuple]] = []
         try:
@@ -491,7 +521,8 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continue from ``state`` (from :meth:`state_dict`): the session is
         replaced by a new one resuming there; the next iteration starts
-        with the state's batch."""
+        with the state's batch (with the default state_dict, the one after
+        the last batch yielded when it was taken)."""
         self._check()
         self._end_session()
         self._open(dict(state))

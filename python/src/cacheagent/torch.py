@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Sized
 
 from .client import DEFAULT_SOCKET, Client
 from .errors import CacheagentError
@@ -36,6 +36,9 @@ class _PerProcessClient:
 
     def __init__(self, socket: str, mount_root: Optional[str], timeout: float) -> None:
         self.socket, self.mount_root, self.timeout = socket, mount_root, timeout
+        self._init_state()
+
+    def _init_state(self) -> None:
         self._client: Optional[Client] = None
         self._pid = -1
         self._lock = threading.Lock()
@@ -53,11 +56,12 @@ class _PerProcessClient:
         if c is not None and self._pid == os.getpid():
             c.close()
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> Dict[str, Any]:
         return {"socket": self.socket, "mount_root": self.mount_root, "timeout": self.timeout}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["socket"], state["mount_root"], state["timeout"])  # type: ignore[misc]
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.socket, self.mount_root, self.timeout = state["socket"], state["mount_root"], state["timeout"]
+        self._init_state()
 
 
 def _indices(item: Any) -> Sequence[int]:
@@ -102,7 +106,9 @@ class PlannedSampler:
         self._clients = _PerProcessClient(socket, mount_root, timeout)
 
     def __len__(self) -> int:
-        return len(self.sampler)  # type: ignore[arg-type]
+        if not isinstance(self.sampler, Sized):
+            raise TypeError(f"cacheagent: PlannedSampler: the wrapped {type(self.sampler).__name__} has no len()")
+        return len(self.sampler)
 
     def set_epoch(self, epoch: int) -> None:
         """Forward to the wrapped sampler's ``set_epoch`` when it has one."""
@@ -221,7 +227,7 @@ class Dataset:
         return object_of(self.uris[index], self.mount_root)
 
     def _load(self, client: Client, ref: ObjectRef) -> Any:
-        lease = client.open(ref)
+        lease: Optional[Lease] = client.open(ref)
         try:
             if self.decode is not None:
                 view = lease.bytes()
@@ -242,7 +248,7 @@ class Dataset:
                         view.release()
                 value = view
             _keep_until_collected(value, lease)
-            lease = None  # type: ignore[assignment]  # released when value goes
+            lease = None  # released when value goes
             return value
         finally:
             if lease is not None:
