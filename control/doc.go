@@ -47,7 +47,7 @@
 //	POST   /v1/sessions                       NDJSON SessionEvents while the session lasts
 //	POST   /v1/sessions/{sid}/leases          ObjectRef → LeaseInfo
 //	DELETE /v1/sessions/{sid}/leases/{id}     → 204
-//	POST   /v1/loaders                        LoaderRequest → NDJSON: LoaderSession, then LoaderEvent at the end
+//	POST   /v1/loaders                        spec.Spec → NDJSON: LoaderSession, then LoaderEvent at the end
 //	GET    /v1/fleet                          FleetStatus (ErrNoFleet without fleet mode)
 //
 // Errors are ErrorBody with a code (Code* constants); the client returns

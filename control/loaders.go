@@ -11,80 +11,8 @@ import (
 	"net/http"
 
 	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/spec"
 )
-
-// LoaderRequest is the body of POST /v1/loaders: the dataset and the
-// loader's settings, as `cacheagent loader ids` takes them.
-type LoaderRequest struct {
-	// Data (gs://BUCKET/PREFIX) and Pattern (e.g. "shard-*.{x,y}.npy")
-	// name the dataset; or Manifest holds a manifest (see
-	// loader.ParseManifest). Exactly one of Data and Manifest.
-	Data     string          `json:"data,omitempty"`
-	Pattern  string          `json:"pattern,omitempty"`
-	Manifest json.RawMessage `json:"manifest,omitempty"`
-	// Format is the shards' format: "npy", "tokens", "megatron" or
-	// "webdataset"; "" guesses as `cacheagent loader` does
-	// (loader.GuessFormat). A manifest lists .npy datasets only.
-	Format string `json:"format,omitempty"`
-	// SeqLen is a token dataset's window length L (samples are L+1
-	// tokens; required for "tokens" and "megatron"); TokenDType the raw
-	// token files' type ("uint16", "int32"…; llm.c shards and Megatron
-	// indexes carry theirs).
-	SeqLen     int    `json:"seq_len,omitempty"`
-	TokenDType string `json:"token_dtype,omitempty"`
-	// TokenOutDType is the "tokens" array's type: "" for the tokens' own,
-	// "int64" or "int32" to widen them as they are gathered (as
-	// --token-out-dtype).
-	TokenOutDType string `json:"token_out_dtype,omitempty"`
-	// FieldBytes bounds each WebDataset field's bytes in one batch, the
-	// size of its data array in the ring (0: batch_size × the field's
-	// largest member; see loader.Config.FieldBytes). A batch that does not
-	// fit ends the session with an error.
-	FieldBytes int `json:"field_bytes,omitempty"`
-	// BatchSize is the number of samples per batch. Required.
-	BatchSize int `json:"batch_size"`
-	// Shuffle is "shard-window" (the default), "global", "sequential" or
-	// "node"; Window the shard-window's window in shards (0: the
-	// default).
-	Shuffle string `json:"shuffle,omitempty"`
-	Window  int    `json:"window,omitempty"`
-	Seed    uint64 `json:"seed,omitempty"`
-	// Epoch is the first epoch, Epochs how many (0 means 1).
-	Epoch  int `json:"epoch,omitempty"`
-	Epochs int `json:"epochs,omitempty"`
-	// Rank of World (0 means 1).
-	Rank  int `json:"rank,omitempty"`
-	World int `json:"world,omitempty"`
-	// RanksPerNode, Nodes and Node place the rank for the "node" shuffle
-	// (other modes ignore them): Nodes nodes (0: World/RanksPerNode, or 1
-	// node without RanksPerNode), this rank on node Node (nil:
-	// Rank/(World/Nodes), torchrun's numbering). See sampler.Place.
-	RanksPerNode int  `json:"ranks_per_node,omitempty"`
-	Nodes        int  `json:"nodes,omitempty"`
-	Node         *int `json:"node,omitempty"`
-	// DropLast drops each epoch's last batch if it is not full; Tail is
-	// "wrap" (the default: pad the epoch across ranks with repeats) or
-	// "drop".
-	DropLast bool   `json:"drop_last,omitempty"`
-	Tail     string `json:"tail,omitempty"`
-	// Prefetch is the number of ring slots: batches held by the client,
-	// ready, or being gathered (0 means 4, at most 64).
-	Prefetch int `json:"prefetch,omitempty"`
-	// Workers is the number of gathering goroutines (0: the loader's
-	// default).
-	Workers int `json:"workers,omitempty"`
-	// Resume starts at a state saved from a session with the same
-	// settings (except the rank).
-	Resume *LoaderState `json:"resume,omitempty"`
-}
-
-// LoaderState is a position in a loader's sequence of batches
-// (loader.State): the next batch is batch Batch of epoch Epoch.
-type LoaderState struct {
-	Epoch       int    `json:"epoch"`
-	Batch       int    `json:"batch"`
-	Fingerprint uint64 `json:"fingerprint,omitempty"`
-}
 
 // LoaderSession is the first line of POST /v1/loaders's stream: what the
 // client needs to join the session on the data socket and read its ring.
@@ -119,7 +47,7 @@ type LoaderSession struct {
 	// BatchesPerEpoch is the number of batches of each epoch.
 	BatchesPerEpoch int `json:"batches_per_epoch"`
 	// Start is the position of the first batch.
-	Start LoaderState `json:"start"`
+	Start spec.State `json:"start"`
 }
 
 // LoaderEvent is a later line of POST /v1/loaders's stream: the last one,
@@ -139,11 +67,11 @@ type LoaderConn struct {
 	cancel context.CancelFunc
 }
 
-// OpenLoader opens a loader session (POST /v1/loaders) and joins it on the
-// data socket. ctx bounds only the opening. Errors are the daemon's
+// OpenLoader opens a loader session of sp (POST /v1/loaders; the body is
+// sp's JSON) and joins it on the data socket. ctx bounds only the opening. Errors are the daemon's
 // (matching ErrInvalid, object.ErrNotFound, …) or the data socket's.
-func (c *Client) OpenLoader(ctx context.Context, req LoaderRequest) (*LoaderConn, error) {
-	b, err := json.Marshal(req)
+func (c *Client) OpenLoader(ctx context.Context, sp spec.Spec) (*LoaderConn, error) {
+	b, err := json.Marshal(sp)
 	if err != nil {
 		return nil, fmt.Errorf("control: open loader: %w", err)
 	}

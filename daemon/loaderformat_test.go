@@ -13,8 +13,11 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
+	"github.com/cacheagent/cacheagent/loader/formats/tokens"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 )
 
 // formatDaemon starts a daemon over an emulator holding objs in bucket
@@ -32,15 +35,10 @@ func formatDaemon(t *testing.T, objs map[string][]byte) (*Daemon, *control.Clien
 
 // wantFormatIDs returns the batches a loader with req's settings returns,
 // its dataset built as `cacheagent loader ids` builds it.
-func wantFormatIDs(t *testing.T, d *Daemon, req control.LoaderRequest) []loader.BatchIDs {
+func wantFormatIDs(t *testing.T, d *Daemon, req spec.Spec) []loader.BatchIDs {
 	t.Helper()
-	f, _ := loader.ParseFormat(req.Format)
-	o := loader.Options{Format: f, SeqLen: req.SeqLen, Records: loader.Direct(d.src)}
-	if req.TokenDType != "" {
-		o.TokenDType, _ = loader.ParseDType(req.TokenDType)
-	}
-	prefix := strings.TrimPrefix(req.Data, "gs://bkt/")
-	ds, err := loader.FromPatternWith(testCtx(t), d.src, "bkt", prefix, req.Pattern, o)
+	ds, err := loader.ResolveDataset(testCtx(t), req, loader.Env{Source: d.src, Records: loader.Direct(d.src),
+		Formats: formats.All})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +89,7 @@ func TestLoaderSessionTokens(t *testing.T) {
 		stream = append(stream, b...)
 	}
 	d, c := formatDaemon(t, objs)
-	req := control.LoaderRequest{Data: "gs://bkt/tok/", Pattern: "shard-*.bin", Format: "tokens", SeqLen: L,
+	req := spec.Spec{Data: "gs://bkt/tok/", Pattern: "shard-*.bin", Format: "tokens", SeqLen: L,
 		TokenDType: "uint16", BatchSize: 5, Shuffle: "global", Seed: 9, Epochs: 2, Prefetch: 3}
 	want := wantFormatIDs(t, d, req)
 	for _, tc := range []struct{ out, dtype string }{{"", "<u2"}, {"int64", "<i8"}, {"int32", "<i4"}} {
@@ -100,7 +98,7 @@ func TestLoaderSessionTokens(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := lc.Info.Arrays[0]; lc.Info.Format != "tokens" || a.Name != loader.TokensName || a.DType != tc.dtype ||
+		if a := lc.Info.Arrays[0]; lc.Info.Format != "tokens" || a.Name != tokens.ArrayName || a.DType != tc.dtype ||
 			!slices.Equal(a.Row, []int{L + 1}) {
 			t.Fatalf("session %q, array %+v; want tokens %s [%d]", lc.Info.Format, a, tc.dtype, L+1)
 		}
@@ -108,7 +106,7 @@ func TestLoaderSessionTokens(t *testing.T) {
 		row := size * (L + 1)
 		readSession(t, lc, want, func(ids []int64, arrays map[string][]byte) {
 			for i, k := range ids {
-				got := arrays[loader.TokensName][i*row : (i+1)*row]
+				got := arrays[tokens.ArrayName][i*row : (i+1)*row]
 				for j := range L + 1 {
 					w := uint64(binary.LittleEndian.Uint16(stream[2*(L*int(k)+j):]))
 					g := uint64(binary.LittleEndian.Uint16(got[j*size:]))
@@ -188,9 +186,9 @@ func wdsData(t *testing.T) (map[string][]byte, []wdsSample) {
 func TestLoaderSessionWebDataset(t *testing.T) {
 	objs, all := wdsData(t)
 	d, c := formatDaemon(t, objs)
-	req := control.LoaderRequest{Data: "gs://bkt/wds/", Pattern: "shard-*.tar", BatchSize: 4, Shuffle: "global",
+	req := spec.Spec{Data: "gs://bkt/wds/", Pattern: "shard-*.tar", BatchSize: 4, Shuffle: "global",
 		Seed: 5, Epochs: 2, Prefetch: 2}
-	want := wantFormatIDs(t, d, control.LoaderRequest{Data: req.Data, Pattern: req.Pattern, Format: "webdataset",
+	want := wantFormatIDs(t, d, spec.Spec{Data: req.Data, Pattern: req.Pattern, Format: "webdataset",
 		BatchSize: 4, Shuffle: "global", Seed: 5, Epochs: 2})
 	lc, err := c.OpenLoader(testCtx(t), req)
 	if err != nil {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
@@ -44,19 +47,28 @@ type loaderSession struct {
 	alloc int            // NewBuffer calls during the current loader.New
 }
 
-// openLoaderSession validates req, builds the dataset (reading the shards'
+// openLoaderSession validates sp, builds the dataset (reading the shards'
 // headers), creates the ring and starts the loader. Malformed requests
 // are errors matching control.ErrInvalid; missing objects or buckets
 // object.ErrNotFound.
-func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderRequest) (*loaderSession, error) {
-	cfg, err := loaderConfig(req)
+func (d *Daemon) openLoaderSession(ctx context.Context, sp spec.Spec) (*loaderSession, error) {
+	cfg, err := loader.ResolveSettings(sp)
 	if err != nil {
 		return nil, invalid(err)
+	}
+	if cfg.Prefetch == 0 {
+		cfg.Prefetch = loader.DefaultPrefetch
+	}
+	switch {
+	case cfg.Prefetch > maxLoaderSlots:
+		return nil, invalid(fmt.Errorf("%w: prefetch %d: want 1 to %d slots", loader.ErrConfig, cfg.Prefetch, maxLoaderSlots))
+	case cfg.FieldBytes > maxRingBytes:
+		return nil, invalid(fmt.Errorf("%w: field_bytes %d: want 0 to %d", loader.ErrConfig, cfg.FieldBytes, int64(maxRingBytes)))
 	}
 	// The store lends WebDataset tars to index them, then the loader's
 	// shards.
 	store := mmapstore.New(d.cache.Opener(), mmapstore.Config{Logger: d.log})
-	s, err := d.newLoaderSession(ctx, req, cfg, store)
+	s, err := d.newLoaderSession(ctx, sp, cfg, store)
 	if err != nil {
 		if cerr := store.Close(); cerr != nil {
 			d.log.Warn("loader session: close store", "err", cerr)
@@ -66,33 +78,35 @@ func (d *Daemon) openLoaderSession(ctx context.Context, req control.LoaderReques
 	return s, nil
 }
 
-// newLoaderSession is openLoaderSession once the configuration is
-// checked: on error the caller closes store.
-func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest, cfg loader.Config,
+// newLoaderSession is openLoaderSession once the settings are checked: on
+// error the caller closes store.
+func (d *Daemon) newLoaderSession(ctx context.Context, sp spec.Spec, cfg loader.Config,
 	store *mmapstore.Store) (*loaderSession, error) {
 	var err error
-	if cfg.Dataset, err = d.loaderDataset(ctx, req, store); err != nil {
+	if cfg.Dataset, err = loader.ResolveDataset(ctx, sp, d.loaderEnv(store)); err != nil {
 		return nil, invalid(err)
 	}
-	arrays, err := ringArrays(cfg)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	layout, err := ring.NewLayout(cfg.BatchSize, arrays)
-	if err != nil {
-		return nil, invalid(err)
-	}
-	if layout.SlotBytes > maxRingBytes/cfg.Prefetch {
-		return nil, fmt.Errorf("%w: %d slots of %d bytes exceed the %d-byte limit of a ring", control.ErrInvalid,
-			cfg.Prefetch, layout.SlotBytes, int64(maxRingBytes))
-	}
-	s := &loaderSession{d: d, id: newID(), token: newToken(), layout: layout, attach: make(chan *ring.Conn, 1)}
-	if s.ring, err = ring.New("cacheagent-loader-"+s.id, cfg.Prefetch, layout.SlotBytes); err != nil {
-		return nil, err
-	}
-	s.store = store
+	s := &loaderSession{d: d, id: newID(), token: newToken(), attach: make(chan *ring.Conn, 1), store: store}
 	cfg.Planner, cfg.PlanID, cfg.Stager = sessionPlanner{d}, "loader-session-"+s.id, d.cache.Stager()
 	cfg.CopyAlways, cfg.NewBuffer, cfg.Logger = true, s.newBuffer, d.log
+	layout, err := loader.LayoutOf(cfg)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	arrays, err := ringArrays(layout, cfg.BatchSize)
+	if err != nil {
+		return nil, invalid(err)
+	}
+	if s.layout, err = ring.NewLayout(cfg.BatchSize, arrays); err != nil {
+		return nil, invalid(err)
+	}
+	if s.layout.SlotBytes > maxRingBytes/cfg.Prefetch {
+		return nil, fmt.Errorf("%w: %d slots of %d bytes exceed the %d-byte limit of a ring", control.ErrInvalid,
+			cfg.Prefetch, s.layout.SlotBytes, int64(maxRingBytes))
+	}
+	if s.ring, err = ring.New("cacheagent-loader-"+s.id, cfg.Prefetch, s.layout.SlotBytes); err != nil {
+		return nil, err
+	}
 	s.cfg = cfg
 	if s.l, err = s.newLoader(cfg); err != nil {
 		s.l = nil
@@ -102,12 +116,25 @@ func (d *Daemon) newLoaderSession(ctx context.Context, req control.LoaderRequest
 		return nil, invalid(err)
 	}
 	st := s.l.State()
+	fields := make([]string, len(layout.Fields))
+	for j, f := range layout.Fields {
+		fields[j] = f.Name
+	}
 	s.info = control.LoaderSession{Protocol: ring.Protocol, Session: s.id, Token: s.token,
-		RingBytes: int64(len(s.ring.Bytes())), SlotBytes: int64(layout.SlotBytes), Slots: cfg.Prefetch,
-		BatchSize: cfg.BatchSize, Format: cfg.Dataset.Format.String(), Arrays: arrays,
-		Fields: cfg.Dataset.Fields, BatchesPerEpoch: s.l.BatchesPerEpoch(),
-		Start: control.LoaderState{Epoch: st.Epoch, Batch: st.Batch, Fingerprint: st.Fingerprint}}
+		RingBytes: int64(len(s.ring.Bytes())), SlotBytes: int64(s.layout.SlotBytes), Slots: cfg.Prefetch,
+		BatchSize: cfg.BatchSize, Format: loader.FormatName(cfg.Dataset), Arrays: arrays,
+		Fields: fields, BatchesPerEpoch: s.l.BatchesPerEpoch(),
+		Start: spec.State{Epoch: st.Epoch, Batch: st.Batch, Fingerprint: st.Fingerprint}}
 	return s, nil
+}
+
+// loaderEnv is what loader sessions build their datasets through: the
+// daemon's source for listings and headers, store for whole shards (a
+// WebDataset tar, indexed once: the indexes are kept under the disk
+// tier's directory, as `cacheagent loader` keeps them), and every format.
+func (d *Daemon) loaderEnv(store *mmapstore.Store) loader.Env {
+	return loader.Env{Source: d.src, Records: loader.FromStore(store),
+		Index: loader.DirIndex(filepath.Join(d.Config().Tiers.Disk.Dir, "wds-index")), Formats: formats.All}
 }
 
 // invalid marks the loader's and the ring's validation errors as
@@ -120,62 +147,6 @@ func invalid(err error) error {
 		}
 	}
 	return err
-}
-
-// loaderConfig returns the loader configuration req asks for, without
-// the dataset.
-func loaderConfig(req control.LoaderRequest) (loader.Config, error) {
-	cfg := loader.Config{BatchSize: req.BatchSize, DropLast: req.DropLast, Window: req.Window, Seed: req.Seed,
-		Rank: req.Rank, World: req.World, Epoch: req.Epoch, Epochs: req.Epochs, Prefetch: req.Prefetch,
-		Workers: req.Workers, FieldBytes: req.FieldBytes}
-	if cfg.Prefetch == 0 {
-		cfg.Prefetch = loader.DefaultPrefetch
-	}
-	var err error
-	if req.TokenOutDType != "" {
-		if cfg.TokenOut, err = loader.ParseDType(req.TokenOutDType); err != nil {
-			return cfg, fmt.Errorf("token_out_dtype: %w", err)
-		}
-	}
-	if req.Shuffle != "" {
-		if cfg.Shuffle, err = sampler.ParseMode(req.Shuffle); err != nil {
-			return cfg, fmt.Errorf("%w: shuffle: %w", loader.ErrConfig, err)
-		}
-	}
-	switch req.Tail {
-	case "", sampler.Wrap.String():
-	case sampler.Drop.String():
-		cfg.Tail = sampler.Drop
-	default:
-		return cfg, fmt.Errorf("%w: tail %q: want wrap or drop", loader.ErrConfig, req.Tail)
-	}
-	switch {
-	case cfg.BatchSize <= 0 || cfg.BatchSize > 1<<24:
-		return cfg, fmt.Errorf("%w: batch_size %d: want 1 to %d", loader.ErrConfig, cfg.BatchSize, 1<<24)
-	case cfg.Prefetch < 1 || cfg.Prefetch > maxLoaderSlots:
-		return cfg, fmt.Errorf("%w: prefetch %d: want 1 to %d slots", loader.ErrConfig, cfg.Prefetch, maxLoaderSlots)
-	case cfg.FieldBytes < 0 || cfg.FieldBytes > maxRingBytes:
-		return cfg, fmt.Errorf("%w: field_bytes %d: want 0 to %d", loader.ErrConfig, cfg.FieldBytes, int64(maxRingBytes))
-	case cfg.Workers < 0 || cfg.Workers > 1024:
-		return cfg, fmt.Errorf("%w: workers %d", loader.ErrConfig, cfg.Workers)
-	case cfg.World < 0 || cfg.Rank < 0 || (cfg.World > 0 && cfg.Rank >= cfg.World) || (cfg.World == 0 && cfg.Rank > 0):
-		return cfg, fmt.Errorf("%w: rank %d of world %d", loader.ErrConfig, cfg.Rank, cfg.World)
-	}
-	if cfg.Shuffle == sampler.Node {
-		node := -1
-		if req.Node != nil {
-			if node = *req.Node; node < 0 {
-				return cfg, fmt.Errorf("%w: node %d", loader.ErrConfig, node)
-			}
-		}
-		if cfg.Nodes, cfg.Node, err = sampler.Place(cfg.Rank, cfg.World, req.RanksPerNode, req.Nodes, node); err != nil {
-			return cfg, fmt.Errorf("%w: shuffle node: %w", loader.ErrConfig, err)
-		}
-	}
-	if r := req.Resume; r != nil {
-		cfg.Resume = &loader.State{Epoch: r.Epoch, Batch: r.Batch, Fingerprint: r.Fingerprint}
-	}
-	return cfg, nil
 }
 
 // newLoader starts a loader on cfg whose buffers are the ring's slots.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/spec"
 )
 
 // Loader sessions (POST /v1/loaders): the daemon runs a loader for a
@@ -216,7 +217,7 @@ func newToken() string {
 // sends its first line, runs it until the client goes (or the daemon
 // stops), then frees everything.
 func (d *Daemon) handleLoaderSession(w http.ResponseWriter, r *http.Request) {
-	var req control.LoaderRequest
+	var req spec.Spec
 	if err := decodeBody(w, r, &req, maxPlanBody); err != nil {
 		writeError(w, err)
 		return

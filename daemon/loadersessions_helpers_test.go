@@ -17,6 +17,7 @@ import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
 
@@ -25,8 +26,8 @@ import (
 const loaderEnv = "CACHEAGENT_TEST_LOADER"
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(loaderEnv); spec != "" {
-		os.Exit(holdLoader(spec))
+	if arg := os.Getenv(loaderEnv); arg != "" {
+		os.Exit(holdLoader(arg))
 	}
 	os.Exit(m.Run())
 }
@@ -34,9 +35,9 @@ func TestMain(m *testing.M) {
 // holdLoader is the test binary acting as a trainer: it opens a loader
 // session, takes its first batch, prints "ready" and holds everything
 // until killed or its stdin closes.
-func holdLoader(spec string) int {
-	sock, body, ok := bytes.Cut([]byte(spec), []byte("|"))
-	var req control.LoaderRequest
+func holdLoader(arg string) int {
+	sock, body, ok := bytes.Cut([]byte(arg), []byte("|"))
+	var req spec.Spec
 	if !ok || json.Unmarshal(body, &req) != nil {
 		fmt.Fprintln(os.Stderr, "bad", loaderEnv)
 		return 2
@@ -77,13 +78,13 @@ func loaderDaemon(t *testing.T) (*Daemon, *control.Client) {
 }
 
 // baseRequest reads testData with a global shuffle across 2 ranks.
-func baseRequest() control.LoaderRequest {
-	return control.LoaderRequest{Data: "gs://bkt/train/", Pattern: synth.Pattern, BatchSize: 8, Shuffle: "global",
+func baseRequest() spec.Spec {
+	return spec.Spec{Data: "gs://bkt/train/", Pattern: synth.Pattern, BatchSize: 8, Shuffle: "global",
 		Seed: 3, Epochs: 2, Rank: 1, World: 2, Prefetch: 3}
 }
 
 // wantBatches returns the batches a loader with req's settings returns.
-func wantBatches(t *testing.T, d *Daemon, req control.LoaderRequest) []loader.BatchIDs {
+func wantBatches(t *testing.T, d *Daemon, req spec.Spec) []loader.BatchIDs {
 	t.Helper()
 	ds, err := loader.FromPattern(testCtx(t), d.src, "bkt", "train/", synth.Pattern)
 	if err != nil {

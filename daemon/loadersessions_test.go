@@ -17,6 +17,7 @@ import (
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/loader/ring"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -153,7 +154,7 @@ func TestLoaderSessionResume(t *testing.T) {
 	}
 	lc.Close()
 
-	req.Resume = &control.LoaderState{Epoch: int(st.Epoch), Batch: int(st.Batch), Fingerprint: st.Fingerprint}
+	req.Resume = &spec.State{Epoch: int(st.Epoch), Batch: int(st.Batch), Fingerprint: st.Fingerprint}
 	lc2, err := c.OpenLoader(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -238,31 +239,31 @@ func TestLoaderSessionBadRequests(t *testing.T) {
 	_, c := loaderDaemon(t)
 	ctx := testCtx(t)
 	for name, tc := range map[string]struct {
-		mutate func(*control.LoaderRequest)
+		mutate func(*spec.Spec)
 		want   error
 	}{
-		"no dataset":      {func(r *control.LoaderRequest) { r.Data = "" }, control.ErrInvalid},
-		"both":            {func(r *control.LoaderRequest) { r.Manifest = json.RawMessage(`{}`) }, control.ErrInvalid},
-		"no pattern":      {func(r *control.LoaderRequest) { r.Pattern = "" }, control.ErrInvalid},
-		"bad data":        {func(r *control.LoaderRequest) { r.Data = "s3://x" }, control.ErrInvalid},
-		"batch 0":         {func(r *control.LoaderRequest) { r.BatchSize = 0 }, control.ErrInvalid},
-		"huge batch":      {func(r *control.LoaderRequest) { r.BatchSize = 1 << 30 }, control.ErrInvalid},
-		"prefetch":        {func(r *control.LoaderRequest) { r.Prefetch = 1000 }, control.ErrInvalid},
-		"shuffle":         {func(r *control.LoaderRequest) { r.Shuffle = "random" }, control.ErrInvalid},
-		"tail":            {func(r *control.LoaderRequest) { r.Tail = "pad" }, control.ErrInvalid},
-		"rank":            {func(r *control.LoaderRequest) { r.Rank = 2 }, control.ErrInvalid},
-		"negative epochs": {func(r *control.LoaderRequest) { r.Epochs = -1 }, control.ErrInvalid},
-		"resume range":    {func(r *control.LoaderRequest) { r.Resume = &control.LoaderState{Epoch: 9} }, control.ErrInvalid},
-		"resume other":    {func(r *control.LoaderRequest) { r.Resume = &control.LoaderState{Fingerprint: 2} }, control.ErrInvalid},
-		"pattern nothing": {func(r *control.LoaderRequest) { r.Pattern = "none-*.{x}.npy" }, control.ErrInvalid},
-		"manifest": {func(r *control.LoaderRequest) {
+		"no dataset":      {func(r *spec.Spec) { r.Data = "" }, control.ErrInvalid},
+		"both":            {func(r *spec.Spec) { r.Manifest = json.RawMessage(`{}`) }, control.ErrInvalid},
+		"no pattern":      {func(r *spec.Spec) { r.Pattern = "" }, control.ErrInvalid},
+		"bad data":        {func(r *spec.Spec) { r.Data = "s3://x" }, control.ErrInvalid},
+		"batch 0":         {func(r *spec.Spec) { r.BatchSize = 0 }, control.ErrInvalid},
+		"huge batch":      {func(r *spec.Spec) { r.BatchSize = 1 << 30 }, control.ErrInvalid},
+		"prefetch":        {func(r *spec.Spec) { r.Prefetch = 1000 }, control.ErrInvalid},
+		"shuffle":         {func(r *spec.Spec) { r.Shuffle = "random" }, control.ErrInvalid},
+		"tail":            {func(r *spec.Spec) { r.Tail = "pad" }, control.ErrInvalid},
+		"rank":            {func(r *spec.Spec) { r.Rank = 2 }, control.ErrInvalid},
+		"negative epochs": {func(r *spec.Spec) { r.Epochs = -1 }, control.ErrInvalid},
+		"resume range":    {func(r *spec.Spec) { r.Resume = &spec.State{Epoch: 9} }, control.ErrInvalid},
+		"resume other":    {func(r *spec.Spec) { r.Resume = &spec.State{Fingerprint: 2} }, control.ErrInvalid},
+		"pattern nothing": {func(r *spec.Spec) { r.Pattern = "none-*.{x}.npy" }, control.ErrInvalid},
+		"manifest": {func(r *spec.Spec) {
 			r.Data, r.Pattern, r.Manifest = "", "", json.RawMessage(`{"arrays":1}`)
 		}, control.ErrInvalid},
-		"missing object":   {func(r *control.LoaderRequest) { r.Data, r.Pattern, r.Manifest = "", "", manifest("gs://bkt/nope.npy") }, object.ErrNotFound},
-		"unknown bucket":   {func(r *control.LoaderRequest) { r.Data = "gs://nosuchbucket/train/" }, object.ErrNotFound},
-		"too many batches": {func(r *control.LoaderRequest) { r.BatchSize = 100; r.DropLast = true }, control.ErrInvalid},
-		"node ranks":       {func(r *control.LoaderRequest) { r.Shuffle, r.RanksPerNode = "node", 3 }, control.ErrInvalid},
-		"node index": {func(r *control.LoaderRequest) {
+		"missing object":   {func(r *spec.Spec) { r.Data, r.Pattern, r.Manifest = "", "", manifest("gs://bkt/nope.npy") }, object.ErrNotFound},
+		"unknown bucket":   {func(r *spec.Spec) { r.Data = "gs://nosuchbucket/train/" }, object.ErrNotFound},
+		"too many batches": {func(r *spec.Spec) { r.BatchSize = 100; r.DropLast = true }, control.ErrInvalid},
+		"node ranks":       {func(r *spec.Spec) { r.Shuffle, r.RanksPerNode = "node", 3 }, control.ErrInvalid},
+		"node index": {func(r *spec.Spec) {
 			r.Shuffle, r.Nodes, r.Node = "node", 2, new(int)
 			*r.Node = -1
 		}, control.ErrInvalid},

@@ -76,11 +76,9 @@ func (b *Batch) Release() {
 type slot struct {
 	l      *Loader
 	batch  Batch
-	bufs   [][]byte // one per array: BatchSize rows
-	shapes [][]int  // one per array: [rows, row shape...]
-	picks  []pick   // per sample
+	gather Gather   // the Reader's view of the batch: buffers, shapes, scratch
+	picks  []Pick   // per sample: Pick.Shard indexes groups
 	groups []*group // the distinct shards the batch reads
-	srcs   [][]byte // scratch for copyRows: one array's data in each of groups
 	// refsHeld: the slot holds one reference on each of groups. Guarded
 	// by table.mu.
 	refsHeld bool
@@ -88,12 +86,6 @@ type slot struct {
 	err      error
 	tl       timeline
 	out      atomic.Bool // handed out by Next and not yet released
-}
-
-// pick locates one sample: the index of its shard in slot.groups, and row.
-type pick struct {
-	g   int
-	row int
 }
 
 // reset empties s for batch index of epoch.

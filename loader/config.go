@@ -156,31 +156,24 @@ func (c Config) settings() (settings, error) {
 		return s, fmt.Errorf("%w: batch size %d", ErrConfig, s.BatchSize)
 	case s.Epochs < 0 || s.Epoch < 0:
 		return s, fmt.Errorf("%w: epochs %d from %d", ErrConfig, s.Epochs, s.Epoch)
-	case s.TokenOut != 0 && !s.Dataset.Format.tokens():
-		return s, fmt.Errorf("%w: token output type %s for a %s dataset", ErrConfig, s.TokenOut, s.Dataset.Format)
-	case s.TokenOut != 0 && !widens(s.Dataset.Token.DType, s.TokenOut):
-		return s, fmt.Errorf("%w: %s tokens cannot be output as %s (want int64, or int32 for tokens of at most 16 bits)",
-			ErrConfig, s.Dataset.Token.DType, s.TokenOut)
 	case s.FieldBytes < 0:
 		return s, fmt.Errorf("%w: field bytes %d", ErrConfig, s.FieldBytes)
 	case s.Prefetch < 0 || s.Workers < 0:
 		return s, fmt.Errorf("%w: prefetch %d, workers %d", ErrConfig, s.Prefetch, s.Workers)
 	}
-	if err := s.Dataset.Validate(); err != nil {
+	var err error
+	if s.Dataset, err = s.Dataset.checked(); err != nil {
 		return s, err
-	}
-	if !s.Dataset.resolved() {
-		return s, fmt.Errorf("%w: row counts or specs unknown: call Dataset.Resolve", ErrDataset)
-	}
-	if s.Dataset.Format.tokens() {
-		var err error
-		if s.Dataset, err = s.Dataset.withWindows(); err != nil {
-			return s, err
-		}
 	}
 	s.sampler = sampler.Config{Mode: s.Shuffle, Seed: s.Seed, Window: s.Window, Rank: s.Rank, World: s.World,
 		Tail: s.Tail, Nodes: s.Nodes, Node: s.Node}
 	return s, nil
+}
+
+// readOptions returns what the dataset's Reader reads by.
+func (s settings) readOptions() ReadOptions {
+	return ReadOptions{BatchSize: s.BatchSize, TokenOut: s.TokenOut, FieldBytes: s.FieldBytes,
+		RecordViews: s.RecordViews, CopyAlways: s.CopyAlways, FixedFields: s.NewBuffer != nil && !s.RecordViews}
 }
 
 // fingerprint identifies what the configuration reads and in what order,

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/cacheagent/cacheagent/mmapstore/array"
-	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -25,10 +24,10 @@ type Dataset struct {
 	// type and row shape, the same in every group. Resolve fills them in.
 	// Token datasets have none.
 	Specs []Spec
-	// Format is the shards' file format; the zero value is FormatNPY.
+	// Format is the shards' file format; nil means NPY.
 	Format Format
-	// Token describes the windows of a token dataset (FormatTokens,
-	// FormatMegatron); see the package documentation, Token windows.
+	// Token describes the windows of a token dataset (formats "tokens"
+	// and "megatron"); see the package documentation, Token windows.
 	Token TokenSpec
 	// Fields are a WebDataset dataset's field names ("jpg", "json"…), the
 	// union over its shards, first seen first: a Batch holds these.
@@ -46,9 +45,20 @@ type Group struct {
 	Rows int
 	// Tokens is a token dataset's token count in the shard.
 	Tokens int64
-	// Index is a WebDataset shard's member index (FromPatternWith sets
-	// it); nil means the Loader indexes the tar when it opens it.
-	Index *webdataset.Shard
+	// Index is the format's index of the shard, built with the dataset
+	// (a WebDataset tar's member index, *webdataset.Shard); nil means the
+	// format builds it when it opens the shard, if it needs one.
+	Index any
+}
+
+// TokenSpec describes a token dataset's windows (see package doc, Token
+// windows).
+type TokenSpec struct {
+	// DType is the tokens' element type, from the Spec's token type, an
+	// llm.c header or a Megatron index.
+	DType array.DType
+	// SeqLen is L: each sample is a window of L+1 tokens.
+	SeqLen int
 }
 
 // Spec describes one named array of every group.
@@ -90,10 +100,25 @@ func (d Dataset) Rows() ([]int, int64) {
 }
 
 // Validate checks the dataset's structure: unique non-empty names, every
-// group with one object per name and a non-negative row count, and specs
-// (if present) for every name with a valid element type and row shape. It
-// does not read any object. Errors wrap ErrDataset.
+// group with one object per name and a non-negative row count, and what
+// its format checks (Format.Check: for NPY, specs, if present, for every
+// name with a valid element type and row shape). It does not read any
+// object. Errors wrap ErrDataset.
 func (d Dataset) Validate() error {
+	_, err := d.checked()
+	return err
+}
+
+// checked validates d and returns it as its format's Check does.
+func (d Dataset) checked() (Dataset, error) {
+	if err := d.checkStructure(); err != nil {
+		return Dataset{}, err
+	}
+	return d.format().Check(d)
+}
+
+// checkStructure is the format-independent part of Validate.
+func (d Dataset) checkStructure() error {
 	if len(d.Names) == 0 {
 		return fmt.Errorf("%w: no array names", ErrDataset)
 	}
@@ -118,31 +143,23 @@ func (d Dataset) Validate() error {
 			return fmt.Errorf("%w: shard %d has %d rows", ErrDataset, i, g.Rows)
 		}
 	}
-	if d.Format.tokens() {
-		return d.validateTokens()
-	}
-	if d.Format == FormatWebDataset {
-		return d.validateRecords()
-	}
-	if d.Specs == nil {
-		return nil
-	}
-	if len(d.Specs) != len(d.Names) {
-		return fmt.Errorf("%w: %d specs for %d arrays", ErrDataset, len(d.Specs), len(d.Names))
-	}
-	for j, s := range d.Specs {
-		if _, ok := array.DataSize(s.DType, s.Row); !ok {
-			return fmt.Errorf("%w: array %s: invalid spec %s", ErrDataset, d.Names[j], s)
-		}
-	}
 	return nil
 }
 
-// resolved reports whether every group's rows and every spec are known.
-func (d Dataset) resolved() bool {
-	if d.Format != FormatNPY {
-		return true // token counts and sample counts are known once valid
+// format returns d's format: Format, or NPY.
+func (d Dataset) format() Format {
+	if d.Format == nil {
+		return NPY
 	}
+	return d.Format
+}
+
+// isNPY reports whether d's format is NPY.
+func (d Dataset) isNPY() bool { return d.format().Name() == NPY.Name() }
+
+// resolved reports whether every group's rows and every spec of an NPY
+// dataset are known.
+func (d Dataset) resolved() bool {
 	if len(d.Specs) != len(d.Names) {
 		return false
 	}
@@ -153,6 +170,11 @@ func (d Dataset) resolved() bool {
 	}
 	return true
 }
+
+// legacyFormatCodes are the numbers fingerprints hashed for the formats
+// other than NPY before formats had names: kept, so that a State saved
+// then still resumes. Other formats hash their name.
+var legacyFormatCodes = map[string]uint64{"tokens": 1, "megatron": 2, "webdataset": 3}
 
 // fingerprint hashes the dataset's identity: names, objects and rows.
 func (d Dataset) fingerprint(h hashWriter) {
@@ -166,12 +188,16 @@ func (d Dataset) fingerprint(h hashWriter) {
 			h.u64(uint64(o.Generation))
 		}
 		h.u64(uint64(g.Rows))
-		if d.Format != FormatNPY { // npy fingerprints stay as they were
+		if !d.isNPY() { // npy fingerprints stay as they were
 			h.u64(uint64(g.Tokens))
 		}
 	}
-	if d.Format != FormatNPY {
-		h.u64(uint64(d.Format))
+	if !d.isNPY() {
+		if code, ok := legacyFormatCodes[d.Format.Name()]; ok {
+			h.u64(code)
+		} else {
+			h.str(d.Format.Name())
+		}
 		h.u64(uint64(d.Token.DType))
 		h.u64(uint64(d.Token.SeqLen))
 		for _, f := range d.Fields {

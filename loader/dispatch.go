@@ -19,7 +19,7 @@ type dispatcher struct {
 	closes []*group // shards closed while filling the current slot
 	serial uint64   // batches filled
 	// The announced plan: shards in plan order from seq planBase, the
-	// objects of seq planBase+i (openObjects) from position planPos[i] on.
+	// objects of seq planBase+i (Reader.Objects) from position planPos[i] on.
 	planBase int64
 	planPos  []int
 	planLen  int
@@ -166,7 +166,7 @@ func (d *dispatcher) fill(ctx context.Context, s *slot, it *sampler.Epoch) error
 			s.groups = append(s.groups, g)
 		}
 		s.batch.IDs = append(s.batch.IDs, smp.ID)
-		s.picks = append(s.picks, pick{g: g.slotIndex, row: smp.Row})
+		s.picks = append(s.picks, Pick{Shard: g.slotIndex, Row: smp.Row})
 		if err := d.events(ctx, evs[k:]); err != nil {
 			return err
 		}
@@ -260,8 +260,8 @@ func (d *dispatcher) applyCloses() {
 // announce tells the Planner the objects of the plan from the start of
 // the current epoch (or resume point) on: this epoch and the next, shard
 // by shard, each shard's objects as its opening acquires them
-// (openObjects: a token shard's are followed by those its windows spill
-// into).
+// (Reader.Objects: a token shard's are followed by those its windows
+// spill into).
 func (d *dispatcher) announce(ctx context.Context) {
 	p := d.l.cfg.Planner
 	if p == nil {
@@ -276,7 +276,7 @@ func (d *dispatcher) announce(ctx context.Context) {
 	objs := make([]object.Object, 0, len(shards)*len(d.l.ds.Names))
 	for _, g := range shards {
 		d.planPos = append(d.planPos, len(objs))
-		objs = append(objs, d.l.openObjects(g)...)
+		objs = append(objs, d.l.reader.Objects(g)...)
 	}
 	d.planLen = len(objs)
 	if err := p.Plan(ctx, d.l.planID, objs); err != nil && ctx.Err() == nil {

@@ -28,4 +28,8 @@ var (
 	// ErrFieldBytes means a WebDataset batch's field does not fit its
 	// buffer of Config.FieldBytes.
 	ErrFieldBytes = errors.New("loader: a batch's field exceeds its buffer")
+	// ErrNoRecords means a format must read whole shards to build the
+	// dataset (a WebDataset tar's index, not saved in Env.Index) and
+	// Env.Records is nil.
+	ErrNoRecords = errors.New("loader: the dataset's shards must be read to index them, and no Source lends them")
 )

@@ -37,8 +37,8 @@ func (l *Loader) work(ctx context.Context) {
 	}
 }
 
-// gather waits for s's shards, then fills its arrays: views of the shard
-// (zero-copy) or copies of the rows. On failure it sets s.err.
+// gather waits for s's shards, then has the Reader fill its batch. On
+// failure it sets s.err.
 func (l *Loader) gather(ctx context.Context, s *slot) {
 	for _, g := range s.groups {
 		select {
@@ -64,25 +64,18 @@ func (l *Loader) gather(ctx context.Context, s *slot) {
 		}
 	}
 	s.tl.gatherStart = time.Now()
-	if l.ds.Format.tokens() {
-		if err := l.copyWindows(s); err != nil {
-			s.err = err
-		}
-		l.dropRefs(s)
-	} else if l.ds.Format == FormatWebDataset {
-		if err := l.copyRecords(s); err != nil {
-			s.err = err
-		}
-		if l.cfg.RecordViews && s.err == nil {
-			s.batch.ZeroCopy = true // the slot keeps its references until Release
-		} else {
-			l.dropRefs(s)
-		}
-	} else if l.zeroCopy(s) {
-		s.batch.ZeroCopy = true // the slot keeps its reference until Release
-	} else {
-		l.copyRows(s)
-		l.dropRefs(s)
+	ga := &s.gather
+	ga.Picks, ga.Shards, ga.Copied, ga.Keep = s.picks, ga.Shards[:0], 0, false
+	for _, g := range s.groups {
+		ga.Shards = append(ga.Shards, g.shard)
+	}
+	if err := l.reader.Gather(ga); err != nil {
+		s.err = err
+	}
+	clear(ga.Shards) // the shards may be unmapped once the batch lets go of them
+	l.counters.gathered.Add(ga.Copied)
+	if !ga.Keep || s.err != nil {
+		l.dropRefs(s) // else the slot keeps its references until Release
 	}
 	s.tl.gatherEnd = time.Now()
 	l.counters.gather.Add(int64(s.tl.gatherEnd.Sub(s.tl.gatherStart)))
@@ -93,30 +86,7 @@ func (l *Loader) gather(ctx context.Context, s *slot) {
 	}
 }
 
-// zeroCopy makes s's arrays views of its shard if s is one contiguous run
-// of rows of one shard, and reports whether it did.
-func (l *Loader) zeroCopy(s *slot) bool {
-	if l.cfg.CopyAlways || len(s.groups) != 1 {
-		return false
-	}
-	row0 := s.picks[0].row
-	for i, p := range s.picks {
-		if p.row != row0+i {
-			return false
-		}
-	}
-	n, g := len(s.picks), s.groups[0]
-	for j, a := range g.arrays {
-		rs := l.rowSize[j]
-		s.shapes[j][0] = n
-		s.batch.Arrays[j] = array.Array{DType: a.DType, Shape: s.shapes[j], Order: array.C,
-			ByteOrder: a.ByteOrder, Data: a.Data[row0*rs : (row0+n)*rs : (row0+n)*rs],
-			Offset: a.Offset + int64(row0*rs)}
-	}
-	return true
-}
-
-// copyRows copies s's rows into its buffers: one copy per run of
+// copyRows copies g's rows into its buffers: one copy per run of
 // consecutive rows of one shard, with the rows a few picks ahead
 // prefetched so that the cache misses of small random rows overlap. Rows
 // of at most a cache line (labels, typically) each cost a miss, and a page
@@ -125,48 +95,52 @@ func (l *Loader) zeroCopy(s *slot) bool {
 // while the large rows are copied, and are copied last (1 KiB rows with
 // 8-byte labels, BenchmarkCopyBatch, alternated: 17.6-19.1 µs a batch of
 // 256 before, 15.2-17.1 after). The copy loops read each shard's data from
-// a flat table (s.srcs) rather than through the groups: the two extra
-// dependent loads per row cost 8–13% of the copy rate of 1 KiB random rows.
-func (l *Loader) copyRows(s *slot) {
-	for j := range l.ds.Specs {
-		if rs := l.rowSize[j]; rs > 0 && rs <= memhint.Line {
-			for _, p := range s.picks {
-				memhint.Bytes(s.groups[p.g].arrays[j].Data[p.row*rs : (p.row+1)*rs])
+// a flat table (srcs, kept in g.Scratch) rather than through the shards:
+// the two extra dependent loads per row cost 8–13% of the copy rate of
+// 1 KiB random rows.
+func (r *npyReader) copyRows(g *Gather) {
+	srcs, _ := g.Scratch.(*[][]byte)
+	if srcs == nil {
+		srcs = new([][]byte)
+		g.Scratch = srcs
+	}
+	for j := range r.ds.Specs {
+		if rs := r.rowSize[j]; rs > 0 && rs <= memhint.Line {
+			for _, p := range g.Picks {
+				memhint.Bytes(g.Shards[p.Shard].(*npyShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs])
 			}
 		}
 	}
-	var copied int64
 	for _, small := range [...]bool{false, true} {
-		for j, spec := range l.ds.Specs {
-			if rs := l.rowSize[j]; (rs <= memhint.Line) == small {
-				copied += l.copyArray(s, j, spec)
+		for j, spec := range r.ds.Specs {
+			if rs := r.rowSize[j]; (rs <= memhint.Line) == small {
+				g.Copied += r.copyArray(g, srcs, j, spec)
 			}
 		}
 	}
-	clear(s.srcs) // the shards may be unmapped once the batch lets go of them
-	l.counters.gathered.Add(copied)
+	clear(*srcs) // the shards may be unmapped once the batch lets go of them
 }
 
-// copyArray copies s's rows of array j into its buffer and returns the
+// copyArray copies g's rows of array j into its buffer and returns the
 // bytes copied.
-func (l *Loader) copyArray(s *slot, j int, spec Spec) int64 {
-	n := len(s.picks)
-	s.srcs = s.srcs[:0]
-	for _, g := range s.groups {
-		s.srcs = append(s.srcs, g.arrays[j].Data)
+func (r *npyReader) copyArray(g *Gather, srcs *[][]byte, j int, spec Spec) int64 {
+	n := len(g.Picks)
+	*srcs = (*srcs)[:0]
+	for _, sh := range g.Shards {
+		*srcs = append(*srcs, sh.(*npyShard).arrays[j].Data)
 	}
-	rs := l.rowSize[j]
-	dst := s.bufs[j][: n*rs : n*rs]
+	rs := r.rowSize[j]
+	dst := g.Buffers[j][: n*rs : n*rs]
 	switch rs {
 	case 8:
-		copyWords[uint64](s.picks, s.srcs, dst)
+		copyWords[uint64](g.Picks, *srcs, dst)
 	case 4:
-		copyWords[uint32](s.picks, s.srcs, dst)
+		copyWords[uint32](g.Picks, *srcs, dst)
 	default:
-		copyRuns(s.picks, s.srcs, rs, dst)
+		copyRuns(g.Picks, *srcs, rs, dst)
 	}
-	s.shapes[j][0] = n
-	s.batch.Arrays[j] = array.Array{DType: spec.DType, Shape: s.shapes[j], Order: array.C,
+	g.Shapes[j][0] = n
+	g.Batch.Arrays[j] = array.Array{DType: spec.DType, Shape: g.Shapes[j], Order: array.C,
 		ByteOrder: spec.ByteOrder, Data: dst}
 	return int64(len(dst))
 }
@@ -200,41 +174,41 @@ func prefetchAhead(rs int) int {
 }
 
 // copyRuns copies the rows picks name, of rs bytes each, from srcs (the
-// data of each pick's shard, by pick.g) into dst: one copy per run of
+// data of each pick's shard, by Pick.Shard) into dst: one copy per run of
 // consecutive rows of one shard, small rows prefetched prefetchAhead(rs)
 // picks ahead of the copy.
-func copyRuns(picks []pick, srcs [][]byte, rs int, dst []byte) {
+func copyRuns(picks []Pick, srcs [][]byte, rs int, dst []byte) {
 	n := len(picks)
 	ahead := prefetchAhead(rs)
 	for _, q := range picks[:min(ahead, n)] {
-		memhint.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
+		memhint.Bytes(srcs[q.Shard][q.Row*rs : (q.Row+1)*rs])
 	}
 	for i := 0; i < n; {
 		p := picks[i]
 		k := i + 1
-		for k < n && picks[k].g == p.g && picks[k].row == p.row+(k-i) {
+		for k < n && picks[k].Shard == p.Shard && picks[k].Row == p.Row+(k-i) {
 			k++
 		}
 		if ahead > 0 && k+ahead-1 < n {
 			q := picks[k+ahead-1]
-			memhint.Bytes(srcs[q.g][q.row*rs : (q.row+1)*rs])
+			memhint.Bytes(srcs[q.Shard][q.Row*rs : (q.Row+1)*rs])
 		}
-		copy(dst[i*rs:k*rs], srcs[p.g][p.row*rs:(p.row+k-i)*rs])
+		copy(dst[i*rs:k*rs], srcs[p.Shard][p.Row*rs:(p.Row+k-i)*rs])
 		i = k
 	}
 }
 
 // copyWords copies the rows picks name, each one T, from srcs into dst, a
 // word at a time rather than a memmove call each.
-func copyWords[T uint32 | uint64](picks []pick, srcs [][]byte, dst []byte) {
+func copyWords[T uint32 | uint64](picks []Pick, srcs [][]byte, dst []byte) {
 	w := int(unsafe.Sizeof(T(0)))
 	out := unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(dst))), len(dst)/w)
 	for i, p := range picks {
 		if i+prefetchWords < len(picks) {
 			q := picks[i+prefetchWords]
-			memhint.Bytes(srcs[q.g][q.row*w : (q.row+1)*w])
+			memhint.Bytes(srcs[q.Shard][q.Row*w : (q.Row+1)*w])
 		}
-		src := srcs[p.g][p.row*w : (p.row+1)*w]
+		src := srcs[p.Shard][p.Row*w : (p.Row+1)*w]
 		if w == 8 { // binary loads compile to one move where unaligned loads are allowed
 			out[i] = T(binary.NativeEndian.Uint64(src))
 		} else {

@@ -46,11 +46,11 @@ const batches = 4096
 
 // randomPicks returns n picks of a random row of a random shard, the same
 // ones on every call.
-func randomPicks(n, shards, rows int) []pick {
+func randomPicks(n, shards, rows int) []Pick {
 	rng := rand.New(rand.NewPCG(1, 2))
-	picks := make([]pick, n)
+	picks := make([]Pick, n)
 	for i := range picks {
-		picks[i] = pick{g: rng.IntN(shards), row: rng.IntN(rows)}
+		picks[i] = Pick{Shard: rng.IntN(shards), Row: rng.IntN(rows)}
 	}
 	return picks
 }
@@ -120,19 +120,18 @@ func BenchmarkCopyRunsParallel(b *testing.B) {
 func BenchmarkCopyBatch(b *testing.B) {
 	const shards, rows, rs, batch = 64, 8192, 1 << 10, 256
 	xs, ys := mapShards(b, shards, rows*rs), mapShards(b, shards, rows*8)
-	l := &Loader{rowSize: []int{rs, 8}}
-	l.ds.Specs = make([]Spec, 2)
-	s := &slot{bufs: [][]byte{make([]byte, batch*rs), make([]byte, batch*8)}, shapes: [][]int{{0}, {0}},
-		batch: Batch{Arrays: make([]array.Array, 2)}}
-	for g := range shards {
-		s.groups = append(s.groups, &group{arrays: []array.Array{{Data: xs[g]}, {Data: ys[g]}}})
+	r := &npyReader{rowSize: []int{rs, 8}, ds: Dataset{Specs: make([]Spec, 2)}}
+	g := &Gather{Buffers: [][]byte{make([]byte, batch*rs), make([]byte, batch*8)}, Shapes: [][]int{{0}, {0}},
+		Batch: &Batch{Arrays: make([]array.Array, 2)}}
+	for k := range shards {
+		g.Shards = append(g.Shards, &npyShard{arrays: []array.Array{{Data: xs[k]}, {Data: ys[k]}}})
 	}
 	picks := randomPicks(batches*batch, shards, rows)
 	b.SetBytes(batch * (rs + 8))
 	i := 0
 	for b.Loop() {
-		s.picks = picks[i*batch : (i+1)*batch]
-		l.copyRows(s)
+		g.Picks = picks[i*batch : (i+1)*batch]
+		r.copyRows(g)
 		i = (i + 1) % batches
 	}
 }

@@ -15,36 +15,33 @@ func TestCopyRows(t *testing.T) {
 	for _, rs := range []int{1, 3, 4, 8, 24, 1 << 10, prefetchRowMax + 8} {
 		const shards, rows, n = 5, 50, 64
 		rng := rand.New(rand.NewPCG(uint64(rs), 1))
-		var groups []*group
+		r := &npyReader{rowSize: []int{rs}, ds: Dataset{Specs: make([]Spec, 1)}}
+		g := &Gather{Buffers: [][]byte{make([]byte, n*rs)}, Shapes: [][]int{{0}}, Batch: &Batch{Arrays: make([]array.Array, 1)}}
 		for range shards {
 			data := make([]byte, rows*rs)
 			for i := range data {
 				data[i] = byte(rng.Uint32())
 			}
-			groups = append(groups, &group{arrays: []array.Array{{Data: data}}})
+			g.Shards = append(g.Shards, &npyShard{arrays: []array.Array{{Data: data}}})
 		}
-		l := &Loader{rowSize: []int{rs}}
-		l.ds.Specs = make([]Spec, 1)
-		s := &slot{bufs: [][]byte{make([]byte, n*rs)}, shapes: [][]int{{0}}, batch: Batch{Arrays: make([]array.Array, 1)}}
-		s.groups = append(s.groups, groups...)
 		for i := 0; i < n; {
-			g, row := rng.IntN(shards), rng.IntN(rows)
+			sh, row := rng.IntN(shards), rng.IntN(rows)
 			run := 1 + rng.IntN(4) // sometimes a run of consecutive rows
 			for k := 0; k < run && row+k < rows && i < n; k++ {
-				s.picks = append(s.picks, pick{g: g, row: row + k})
+				g.Picks = append(g.Picks, Pick{Shard: sh, Row: row + k})
 				i++
 			}
 		}
-		l.copyRows(s)
-		got := s.batch.Arrays[0].Data
-		for i, p := range s.picks {
-			want := groups[p.g].arrays[0].Data[p.row*rs : (p.row+1)*rs]
+		r.copyRows(g)
+		got := g.Batch.Arrays[0].Data
+		for i, p := range g.Picks {
+			want := g.Shards[p.Shard].(*npyShard).arrays[0].Data[p.Row*rs : (p.Row+1)*rs]
 			if !bytes.Equal(got[i*rs:(i+1)*rs], want) {
-				t.Fatalf("row size %d: sample %d (shard %d row %d) differs", rs, i, p.g, p.row)
+				t.Fatalf("row size %d: sample %d (shard %d row %d) differs", rs, i, p.Shard, p.Row)
 			}
 		}
-		if s.shapes[0][0] != n || len(got) != n*rs {
-			t.Fatalf("row size %d: shape %v, %d bytes", rs, s.shapes[0], len(got))
+		if g.Shapes[0][0] != n || len(got) != n*rs || g.Copied != int64(n*rs) {
+			t.Fatalf("row size %d: shape %v, %d bytes, %d copied", rs, g.Shapes[0], len(got), g.Copied)
 		}
 	}
 }
@@ -56,38 +53,37 @@ func TestCopyRowsArrays(t *testing.T) {
 	sizes := []int{8, 1 << 10, 24, 4, 64, 65}
 	const shards, rows, n = 4, 40, 50
 	rng := rand.New(rand.NewPCG(3, 3))
-	l := &Loader{rowSize: sizes}
-	l.ds.Specs = make([]Spec, len(sizes))
-	s := &slot{batch: Batch{Arrays: make([]array.Array, len(sizes))}}
+	r := &npyReader{rowSize: sizes, ds: Dataset{Specs: make([]Spec, len(sizes))}}
+	g := &Gather{Batch: &Batch{Arrays: make([]array.Array, len(sizes))}}
 	for _, rs := range sizes {
-		s.bufs = append(s.bufs, make([]byte, n*rs))
-		s.shapes = append(s.shapes, []int{0})
+		g.Buffers = append(g.Buffers, make([]byte, n*rs))
+		g.Shapes = append(g.Shapes, []int{0})
 	}
 	for range shards {
-		g := &group{}
+		sh := &npyShard{}
 		for _, rs := range sizes {
 			data := make([]byte, rows*rs)
 			for i := range data {
 				data[i] = byte(rng.Uint32())
 			}
-			g.arrays = append(g.arrays, array.Array{Data: data})
+			sh.arrays = append(sh.arrays, array.Array{Data: data})
 		}
-		s.groups = append(s.groups, g)
+		g.Shards = append(g.Shards, sh)
 	}
 	for range n {
-		s.picks = append(s.picks, pick{g: rng.IntN(shards), row: rng.IntN(rows)})
+		g.Picks = append(g.Picks, Pick{Shard: rng.IntN(shards), Row: rng.IntN(rows)})
 	}
-	l.copyRows(s)
+	r.copyRows(g)
 	for j, rs := range sizes {
-		got := s.batch.Arrays[j].Data
-		for i, p := range s.picks {
-			want := s.groups[p.g].arrays[j].Data[p.row*rs : (p.row+1)*rs]
+		got := g.Batch.Arrays[j].Data
+		for i, p := range g.Picks {
+			want := g.Shards[p.Shard].(*npyShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs]
 			if !bytes.Equal(got[i*rs:(i+1)*rs], want) {
 				t.Fatalf("array %d (rows of %d bytes): sample %d differs", j, rs, i)
 			}
 		}
-		if s.shapes[j][0] != n {
-			t.Fatalf("array %d: shape %v", j, s.shapes[j])
+		if g.Shapes[j][0] != n {
+			t.Fatalf("array %d: shape %v", j, g.Shapes[j])
 		}
 	}
 }

@@ -7,12 +7,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/cacheagent/cacheagent/internal/memhint"
-	"github.com/cacheagent/cacheagent/mmapstore"
-	"github.com/cacheagent/cacheagent/mmapstore/array"
-	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
-	"github.com/cacheagent/cacheagent/object"
 )
 
 // group is one opening of a shard: its leases and arrays while in use. The
@@ -29,11 +23,7 @@ type group struct {
 	ready chan struct{} // closed when the fields below are set
 
 	// Set by the opener before ready is closed; read-only afterwards.
-	leases   []Lease
-	arrays   []array.Array
-	segs     []segment         // token datasets: the stream's tokens the shard's windows read
-	tar      *webdataset.Shard // WebDataset: the shard's index and bytes
-	tarBytes []byte
+	shard    Shard // the Reader's opening; nil on error
 	err      error
 	fetched  time.Time // end of the fetch phase
 	promoted time.Time // end of the disk→shm phase (and the mapping)
@@ -159,7 +149,10 @@ func (t *table) unrefLocked(g *group, dead []*group) []*group {
 func (l *Loader) release(dead []*group) error {
 	var errs []error
 	for _, g := range dead {
-		for _, ls := range g.leases {
+		if g.shard == nil {
+			continue
+		}
+		for _, ls := range g.shard.Leases() {
 			errs = append(errs, ls.Release())
 		}
 	}
@@ -204,12 +197,13 @@ func (l *Loader) unref(g *group) {
 	l.release(dead)
 }
 
-// open stages and acquires g's objects (with a token dataset's, those of
-// the shards its windows spill into: openObjects), checks their arrays,
-// and marks g ready (with an error if any of that failed).
+// open stages the objects an opening of g's shard acquires
+// (Reader.Objects: with a token dataset's, those of the shards its windows
+// spill into), has the Reader open it, and marks g ready (with an error if
+// any of that failed).
 func (l *Loader) open(ctx context.Context, g *group) {
 	defer close(g.ready)
-	objs := l.openObjects(g.index)
+	objs := l.reader.Objects(g.index)
 	start := time.Now()
 	if st := l.cfg.Stager; st != nil {
 		if err := st.Fetch(ctx, objs); err != nil {
@@ -223,90 +217,15 @@ func (l *Loader) open(ctx context.Context, g *group) {
 		}
 		g.promoted = time.Now()
 	}
-	var leases []Lease
-	var arrays []array.Array
-	var err error
-	switch {
-	case l.ds.Format.tokens():
-		leases, g.segs, err = l.acquireTokens(ctx, g.index)
-	case l.ds.Format == FormatWebDataset:
-		var ls Lease
-		if ls, g.tarBytes, g.tar, err = l.acquireRecords(ctx, g.index); err == nil {
-			leases = []Lease{ls}
-		}
-	default:
-		leases, arrays, err = l.acquire(ctx, g.index)
-	}
+	shard, err := l.reader.Open(ctx, l.src, g.index)
 	done := time.Now()
 	if l.cfg.Stager == nil {
 		g.fetched, g.promoted = done, done
 	}
 	l.counters.opened.Add(1)
 	l.counters.openTime.Add(int64(done.Sub(start)))
-	g.leases, g.arrays, g.err = leases, arrays, err
-}
-
-// acquire leases every array of shard gi and checks them against the
-// dataset. On error it releases what it acquired.
-func (l *Loader) acquire(ctx context.Context, gi int) ([]Lease, []array.Array, error) {
-	sh := l.ds.Groups[gi]
-	leases := make([]Lease, 0, len(sh.Objects))
-	arrays := make([]array.Array, len(sh.Objects))
-	fail := func(err error) ([]Lease, []array.Array, error) {
-		for _, ls := range leases {
-			ls.Release()
-		}
-		return nil, nil, err
+	if err != nil {
+		shard = nil
 	}
-	for j, o := range sh.Objects {
-		ls, err := l.src.Acquire(ctx, o)
-		if err != nil {
-			return fail(fmt.Errorf("loader: acquire shard %d array %s: %w", gi, l.ds.Names[j], err))
-		}
-		leases = append(leases, ls)
-		a, err := ls.Array()
-		if err != nil {
-			return fail(fmt.Errorf("loader: shard %d array %s: %w", gi, l.ds.Names[j], err))
-		}
-		if err := l.check(gi, j, o, a); err != nil {
-			return fail(err)
-		}
-		populate(ls, a.Data)
-		arrays[j] = a
-	}
-	return leases, arrays, nil
-}
-
-// populator is a Lease whose mapping can be populated once for all its
-// leases (mmapstore.Lease): see mmapstore.Lease.Populate.
-type populator interface{ Populate() }
-
-var _ populator = mmapstore.Lease{}
-
-// populate maps the pages of a shard's array data into the process ahead of
-// the gather (which would otherwise take a page fault every few rows), once
-// per mapping where the lease can tell, else on every opening.
-func populate(ls Lease, data []byte) {
-	if p, ok := ls.(populator); ok {
-		p.Populate()
-		return
-	}
-	memhint.Pages(data)
-}
-
-// check verifies that array a, the object o of name j in shard gi, is what
-// the dataset says.
-func (l *Loader) check(gi, j int, o object.Object, a array.Array) error {
-	if err := checkLayout(a.Shape, a.Order); err != nil {
-		return fmt.Errorf("shard %d array %s (%s): %w", gi, l.ds.Names[j], o, err)
-	}
-	if s := specOf(a.DType, a.ByteOrder, a.Shape); !s.equal(l.ds.Specs[j]) {
-		return fmt.Errorf("%w: shard %d array %s (%s) holds %s; the dataset says %s",
-			ErrDataset, gi, l.ds.Names[j], o, s, l.ds.Specs[j])
-	}
-	if rows := l.ds.Groups[gi].Rows; a.Shape[0] != rows {
-		return fmt.Errorf("%w: shard %d array %s (%s) has %d rows; the dataset says %d",
-			ErrDataset, gi, l.ds.Names[j], o, a.Shape[0], rows)
-	}
-	return nil
+	g.shard, g.err = shard, err
 }

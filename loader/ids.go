@@ -18,13 +18,6 @@ type BatchIDs struct {
 // row counts are needed, so specs may be missing. The yielded IDs slice is
 // reused by the next iteration. Errors are New's, for the configuration.
 func IDs(cfg Config) (iter.Seq[BatchIDs], error) {
-	if len(cfg.Dataset.Specs) == 0 && cfg.Dataset.Format == FormatNPY {
-		// The order does not depend on the specs; let validation pass.
-		cfg.Dataset.Specs = make([]Spec, len(cfg.Dataset.Names))
-		for i := range cfg.Dataset.Specs {
-			cfg.Dataset.Specs[i] = Spec{DType: 1, Row: nil}
-		}
-	}
 	s, err := cfg.settings()
 	if err != nil {
 		return nil, err

@@ -41,13 +41,10 @@ type Loader struct {
 	cfg         settings
 	src         Source
 	ds          Dataset
+	reader      Reader // the dataset's Format's
+	layout      Layout // the reader's
 	rows        []int
-	rowSize     []int
-	names       []string // the batch arrays' names and specs
-	specs       []Spec
-	tokStart    []int64 // token datasets: each shard's first token, then the total
-	fieldBytes  []int   // WebDataset fields' data buffers, with fixedFields
-	perEpoch    int     // batches per epoch
+	perEpoch    int // batches per epoch
 	start       State
 	end         int // the epoch after the last
 	fingerprint uint64
@@ -96,6 +93,10 @@ func New(src Source, cfg Config) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.reader, err = s.Dataset.format().NewReader(s.Dataset, s.readOptions()); err != nil {
+		return nil, err
+	}
+	l.layout = l.reader.Layout()
 	l.src, l.closing, l.table = src, make(chan struct{}), newTable()
 	l.state = l.start
 	l.planID = s.PlanID
@@ -121,17 +122,6 @@ func New(src Source, cfg Config) (*Loader, error) {
 func prepare(s settings) (*Loader, error) {
 	l := &Loader{cfg: s, ds: s.Dataset, end: s.Epoch + s.Epochs, fingerprint: s.fingerprint()}
 	l.rows, _ = l.ds.Rows()
-	l.names, l.specs = l.ds.Names, l.ds.Specs
-	if l.ds.Format == FormatWebDataset {
-		l.names, l.specs = nil, nil
-	}
-	if l.ds.Format.tokens() {
-		l.names, l.specs = tokenOutputs(l.ds, s.TokenOut)
-		l.tokStart = make([]int64, len(l.ds.Groups)+1)
-		for i, g := range l.ds.Groups {
-			l.tokStart[i+1] = l.tokStart[i] + g.Tokens
-		}
-	}
 	first, err := sampler.NewEpoch(l.rows, s.sampler, s.Epoch)
 	if err != nil {
 		return nil, fmt.Errorf("loader: %w", err)
@@ -179,31 +169,69 @@ func (l *Loader) resumeState() (State, error) {
 func (l *Loader) makeSlots() error {
 	p, b := l.cfg.Prefetch, l.cfg.BatchSize
 	l.free, l.ordered, l.todo = make(chan *slot, p), make(chan *slot, p), make(chan *slot, p)
-	l.rowSize = make([]int, len(l.specs))
-	for j, sp := range l.specs {
-		l.rowSize[j] = sp.RowSize()
+	names := make([]string, len(l.layout.Arrays))
+	for j, a := range l.layout.Arrays {
+		names[j] = a.Name
 	}
 	for range p {
-		s := &slot{l: l, ready: make(chan struct{}, 1), picks: make([]pick, 0, b)}
-		s.batch = Batch{IDs: make([]int64, 0, b), Names: l.names, Arrays: make([]array.Array, len(l.names)), s: s}
-		if len(l.ds.Fields) > 0 {
-			s.batch.Fields = make([]Field, len(l.ds.Fields))
+		s := &slot{l: l, ready: make(chan struct{}, 1), picks: make([]Pick, 0, b)}
+		s.batch = Batch{IDs: make([]int64, 0, b), Names: names, Arrays: make([]array.Array, len(names)), s: s}
+		s.gather.Batch = &s.batch
+		for _, a := range l.layout.Arrays {
+			n := b * a.RowSize()
+			buf, err := l.newBuffer(n)
+			if err != nil {
+				return fmt.Errorf("loader: batch buffer of %d bytes for %s: %w", n, a.Name, err)
+			}
+			s.gather.Buffers = append(s.gather.Buffers, buf)
+			s.gather.Shapes = append(s.gather.Shapes, append([]int{0}, a.Row...))
+		}
+		if len(l.layout.Fields) > 0 {
+			s.batch.Fields = make([]Field, len(l.layout.Fields))
 			if err := l.fieldBuffers(s); err != nil {
 				return err
 			}
-		}
-		for j, sp := range l.specs {
-			buf, err := l.newBuffer(b * l.rowSize[j])
-			if err != nil {
-				return fmt.Errorf("loader: batch buffer of %d bytes: %w", b*l.rowSize[j], err)
-			}
-			s.bufs = append(s.bufs, buf)
-			s.shapes = append(s.shapes, append([]int{0}, sp.Row...))
 		}
 		l.slots = append(l.slots, s)
 		l.free <- s
 	}
 	return nil
+}
+
+// fieldBuffers names s's fields and, with ReadOptions.FixedFields,
+// allocates their buffers from Config.NewBuffer, in Layout.Fields order,
+// offsets then data.
+func (l *Loader) fieldBuffers(s *slot) error {
+	fixed := l.cfg.readOptions().FixedFields
+	n := l.cfg.BatchSize + 1
+	for j, fl := range l.layout.Fields {
+		f := &s.batch.Fields[j]
+		f.Name = fl.Name
+		if !fixed {
+			continue
+		}
+		offs, err := l.newBuffer(8 * n)
+		if err != nil {
+			return fmt.Errorf("loader: field %q: offsets buffer of %d bytes: %w", fl.Name, 8*n, err)
+		}
+		data, err := l.newBuffer(fl.Bytes)
+		if err != nil {
+			return fmt.Errorf("loader: field %q: data buffer of %d bytes: %w", fl.Name, fl.Bytes, err)
+		}
+		if !aligned(offs, 8) {
+			return fmt.Errorf("%w: NewBuffer's offsets buffer for field %q is not 8-byte aligned", ErrConfig, fl.Name)
+		}
+		// The offsets are int64s in the host's byte order (little-endian
+		// on every platform the loader runs on).
+		f.Offsets = unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(offs))), n)[:0]
+		f.Data = data[:0:fl.Bytes]
+	}
+	return nil
+}
+
+// aligned reports whether b's first byte is aligned to size.
+func aligned(b []byte, size int) bool {
+	return len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%uintptr(size) == 0
 }
 
 // newBuffer allocates n bytes with Config.NewBuffer, or page-aligned.

@@ -30,7 +30,7 @@ const DefaultArrayName = "data"
 // element type or row shape between shards are errors wrapping ErrDataset;
 // a malformed pattern or one matching nothing wraps ErrPattern.
 func FromPattern(ctx context.Context, src object.Source, bucket, prefix, pattern string) (Dataset, error) {
-	d, listed, err := listShards(ctx, src, bucket, prefix, pattern)
+	d, listed, err := ListShards(ctx, src, Location{Bucket: bucket, Prefix: prefix, Pattern: pattern})
 	if err != nil {
 		return Dataset{}, err
 	}
@@ -45,9 +45,12 @@ func FromPattern(ctx context.Context, src object.Source, bucket, prefix, pattern
 	return d, d.apply(idx, hs)
 }
 
-// listShards lists the objects matching pattern and groups them into
-// shards, in order, and returns the listed attributes.
-func listShards(ctx context.Context, src object.Source, bucket, prefix, pattern string) (Dataset, map[object.Object]object.Attrs, error) {
+// ListShards lists the objects of loc and groups them into shards, as
+// FromPattern does, without reading them: a dataset of Names and Groups
+// (no rows, no specs, no format), and the listed attributes of its objects.
+// Formats build their datasets from it.
+func ListShards(ctx context.Context, src object.Source, loc Location) (Dataset, map[object.Object]object.Attrs, error) {
+	bucket, prefix, pattern := loc.Bucket, loc.Prefix, loc.Pattern
 	re, names, err := compilePattern(pattern)
 	if err != nil {
 		return Dataset{}, nil, err

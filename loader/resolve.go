@@ -20,8 +20,8 @@ const (
 	headerProbe = 4096
 	// headerMax bounds the second read, for headers up to npy's limit.
 	headerMax = 64<<10 + 16
-	// headerParallelism bounds concurrent header reads.
-	headerParallelism = 16
+	// HeaderParallelism bounds a dataset's concurrent header reads.
+	HeaderParallelism = 16
 )
 
 // Resolve returns d with every unknown row count (Rows == 0) and the specs
@@ -57,7 +57,7 @@ func readHeaders(ctx context.Context, src object.Source, d Dataset, idx []int,
 	listed map[object.Object]object.Attrs) ([][]npy.Header, error) {
 	hs := make([][]npy.Header, len(idx))
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(headerParallelism)
+	g.SetLimit(HeaderParallelism)
 	for k, gi := range idx {
 		hs[k] = make([]npy.Header, len(d.Names))
 		for j, o := range d.Groups[gi].Objects {
@@ -83,13 +83,13 @@ func readHeaders(ctx context.Context, src object.Source, d Dataset, idx []int,
 
 // readHeader reads and checks the .npy header of the object a describes.
 func readHeader(ctx context.Context, src object.Source, a object.Attrs) (npy.Header, error) {
-	b, err := readPrefix(ctx, src, a, headerProbe)
+	b, err := ReadPrefix(ctx, src, a, headerProbe)
 	if err != nil {
 		return npy.Header{}, err
 	}
 	h, err := npy.ParseHeader(b)
 	if errors.Is(err, npy.ErrTruncated) && int64(len(b)) < a.Size {
-		if b, err = readPrefix(ctx, src, a, headerMax); err != nil {
+		if b, err = ReadPrefix(ctx, src, a, headerMax); err != nil {
 			return npy.Header{}, err
 		}
 		h, err = npy.ParseHeader(b)
@@ -107,8 +107,9 @@ func readHeader(ctx context.Context, src object.Source, a object.Attrs) (npy.Hea
 	return h, nil
 }
 
-// readPrefix reads up to n bytes from the start of a.
-func readPrefix(ctx context.Context, src object.Source, a object.Attrs, n int64) ([]byte, error) {
+// ReadPrefix reads up to n bytes from the start of a, with one ranged read
+// (not through the cache): formats read their shards' headers with it.
+func ReadPrefix(ctx context.Context, src object.Source, a object.Attrs, n int64) ([]byte, error) {
 	n = min(n, a.Size)
 	r, err := src.NewRangeReader(ctx, a.Object, 0, n)
 	if err != nil {

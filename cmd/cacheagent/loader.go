@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -44,22 +45,15 @@ every machine. --resume-batch K starts at batch K of --epoch, as a resumed run d
 				return err
 			}
 			defer src.Close()
-			o, err := lf.Options(nil, nil)
-			if err != nil {
-				return err
-			}
-			if o.Format == loader.FormatWebDataset {
-				// Sample counts come from the tars' indexes: saved ones, or
-				// built from the tars, read through the cache.
-				idx := wdsIndex(opts)
+			// Most formats need only listings and headers; a format that
+			// must read whole shards to number the samples (WebDataset's
+			// tar indexes, unless saved) reads them through the cache.
+			idx := wdsIndex(opts)
+			cfg, err := lf.Resolve(ctx, src, nil, idx)
+			if errors.Is(err, loader.ErrNoRecords) {
 				ids := func(s *mmapstore.Store) error {
 					defer s.Close()
-					ds, err := lf.DatasetWith(ctx, src, loader.FromStore(s), idx)
-					if err != nil {
-						return err
-					}
-					cfg, err := lf.Config(ds)
-					if err != nil {
+					if cfg, err = lf.Resolve(ctx, src, loader.FromStore(s), idx); err != nil {
 						return err
 					}
 					return printIDs(cmd, cfg)
@@ -70,11 +64,6 @@ every machine. --resume-batch K starts at batch K of --epoch, as a resumed run d
 					return ids(mmapstore.New(a.Cache.Opener(), mmapstore.Config{}))
 				})
 			}
-			ds, err := lf.Dataset(ctx, src)
-			if err != nil {
-				return err
-			}
-			cfg, err := lf.Config(ds)
 			if err != nil {
 				return err
 			}

@@ -51,11 +51,7 @@ field i of sample k is data[offsets[k]:offsets[k+1]].`,
 			defer src.Close()
 			run := func(s *mmapstore.Store, idx loader.IndexCache) (err error) {
 				defer func() { err = errors.Join(err, s.Close()) }()
-				ds, err := lf.DatasetWith(ctx, src, loader.FromStore(s), idx)
-				if err != nil {
-					return err
-				}
-				cfg, err := lf.Config(ds)
+				cfg, err := lf.Resolve(ctx, src, loader.FromStore(s), idx)
 				if err != nil {
 					return err
 				}
@@ -166,22 +162,15 @@ func writeNPY(path string, a array.Array) error {
 	return os.WriteFile(path, buf, 0o644)
 }
 
-// descr returns numpy's type string for dt in byte order bo.
+// descr returns numpy's type string for dt in byte order bo (the host's
+// for multi-byte types without one).
 func descr(dt array.DType, bo array.ByteOrder) (string, error) {
-	kinds := map[array.DType]string{array.Bool: "b1", array.Int8: "i1", array.Int16: "i2", array.Int32: "i4",
-		array.Int64: "i8", array.Uint8: "u1", array.Uint16: "u2", array.Uint32: "u4", array.Uint64: "u8",
-		array.Float16: "f2", array.Float32: "f4", array.Float64: "f8", array.Complex64: "c8", array.Complex128: "c16"}
-	k, ok := kinds[dt]
+	if bo == array.NotApplicable {
+		bo = array.HostByteOrder()
+	}
+	s, ok := dt.Typestr(bo)
 	if !ok {
 		return "", fmt.Errorf("no numpy type for %s", dt)
 	}
-	switch {
-	case dt.Size() == 1:
-		return "|" + k, nil
-	case bo == array.Big:
-		return ">" + k, nil
-	case bo == array.Little || (bo == array.NotApplicable && array.HostByteOrder() == array.Little):
-		return "<" + k, nil
-	}
-	return "", fmt.Errorf("byte order %s", bo)
+	return s, nil
 }

@@ -45,8 +45,8 @@ func TestLoaderDumpFormats(t *testing.T) {
 	testenv.NeedPython(t, "numpy")
 	data := t.TempDir()
 	const L = 16
-	testenv.RunPython(t, "../../loader/testdata/token_datasets.py", filepath.Join(data, "tok"), strconv.Itoa(L))
-	testenv.RunPython(t, "../../loader/testdata/wds_dataset.py", filepath.Join(data, "wds"))
+	testenv.RunPython(t, "../../loader/formats/testdata/token_datasets.py", filepath.Join(data, "tok"), strconv.Itoa(L))
+	testenv.RunPython(t, "../../loader/formats/testdata/wds_dataset.py", filepath.Join(data, "wds"))
 	os.Remove(filepath.Join(data, "wds", "expect.json"))
 	objs := append(dirObjects(t, filepath.Join(data, "tok", "megatron"), "mt/"),
 		dirObjects(t, filepath.Join(data, "wds"), "wds/")...)

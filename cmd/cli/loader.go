@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 
 	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/loader/synth"
 	"github.com/cacheagent/cacheagent/object"
 )
@@ -64,72 +67,64 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.Tail, "tail", sampler.Wrap.String(), "evening an epoch out across ranks: wrap (pad with repeats) or drop")
 	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
 	fs.IntVar(&f.ResumeBatch, "resume-batch", 0, "start at this batch of --epoch (a resumed run)")
-	fs.StringVar(&f.Format, "format", "", "shard format: npy, tokens, megatron or webdataset "+
-		"(default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
+	fs.StringVar(&f.Format, "format", "", "shard format: "+strings.Join(formats.Names(), ", ")+
+		" (default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
 	fs.IntVar(&f.SeqLen, "seq-len", 0, "token datasets: window length L (samples are L+1 tokens)")
 	fs.StringVar(&f.TokenDType, "token-dtype", "", "raw token files' type, e.g. uint16 (llm.c shards carry theirs)")
 	fs.StringVar(&f.TokenOut, "token-out-dtype", "", "token datasets: batches' type, int64 or int32 (default: the tokens' own)")
 }
 
-// Options returns the loader options the flags describe; records and idx
-// serve WebDataset datasets (nil elsewhere).
-func (f *LoaderFlags) Options(records loader.Source, idx loader.IndexCache) (loader.Options, error) {
-	o := loader.Options{SeqLen: f.SeqLen, Records: records, Index: idx}
-	var err error
-	if f.TokenDType != "" {
-		if o.TokenDType, err = loader.ParseDType(f.TokenDType); err != nil {
-			return o, fmt.Errorf("--token-dtype: %w", err)
+// Spec returns the loader request the flags describe, a --manifest file
+// read into it.
+func (f *LoaderFlags) Spec() (spec.Spec, error) {
+	sp := spec.Spec{Data: f.Data, Pattern: f.Pattern, Format: f.Format, SeqLen: f.SeqLen, TokenDType: f.TokenDType,
+		TokenOutDType: f.TokenOut, BatchSize: f.Batch, Shuffle: f.Shuffle, Window: f.Window, Seed: f.Seed,
+		Epoch: f.Epoch, Epochs: f.Epochs, Rank: f.Rank, World: f.World, RanksPerNode: f.RanksPerNode,
+		Nodes: f.Nodes, DropLast: f.DropLast, Tail: f.Tail}
+	if f.Node >= 0 {
+		sp.Node = &f.Node
+	}
+	if f.ResumeBatch != 0 {
+		sp.Resume = &spec.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
+	}
+	if f.Manifest != "" {
+		if f.Data != "" {
+			return sp, fmt.Errorf("give either --data gs://BUCKET/PREFIX or --manifest FILE")
 		}
-	}
-	switch {
-	case f.Format != "":
-		if o.Format, err = loader.ParseFormat(f.Format); err != nil {
-			return o, fmt.Errorf("--format: %w", err)
-		}
-	default:
-		o.Format = loader.GuessFormat(f.Pattern, f.TokenDType != "" || f.SeqLen != 0)
-	}
-	if (o.Format == loader.FormatTokens || o.Format == loader.FormatMegatron) && o.SeqLen < 1 {
-		return o, fmt.Errorf("--format %s needs --seq-len", o.Format)
-	}
-	return o, nil
-}
-
-// Dataset builds the dataset from --data and --pattern, or --manifest,
-// reading headers from src. A WebDataset dataset needs DatasetWith.
-func (f *LoaderFlags) Dataset(ctx context.Context, src object.Source) (loader.Dataset, error) {
-	return f.DatasetWith(ctx, src, nil, nil)
-}
-
-// DatasetWith is Dataset with the Source that lends WebDataset shards to
-// index, and where their indexes are kept.
-func (f *LoaderFlags) DatasetWith(ctx context.Context, src object.Source, records loader.Source,
-	idx loader.IndexCache) (loader.Dataset, error) {
-	o, err := f.Options(records, idx)
-	if err != nil {
-		return loader.Dataset{}, err
-	}
-	switch {
-	case (f.Data == "") == (f.Manifest == ""):
-		return loader.Dataset{}, fmt.Errorf("give either --data gs://BUCKET/PREFIX or --manifest FILE")
-	case f.Manifest != "" && o.Format != loader.FormatNPY:
-		return loader.Dataset{}, fmt.Errorf("--manifest lists .npy datasets; --format %s needs --data", o.Format)
-	case f.Manifest != "":
 		b, err := readLimited(f.Manifest, maxManifest)
 		if err != nil {
-			return loader.Dataset{}, err
+			return sp, err
 		}
-		d, err := loader.ParseManifest(b)
-		if err != nil {
-			return loader.Dataset{}, fmt.Errorf("%s: %w", f.Manifest, err)
-		}
-		return d.Resolve(ctx, src)
+		sp.Manifest, sp.Pattern = b, ""
 	}
-	u, err := object.ParsePrefix(f.Data)
+	return sp, nil
+}
+
+// Settings returns the loader configuration the flags describe, without
+// its dataset (loader.ResolveSettings).
+func (f *LoaderFlags) Settings() (loader.Config, error) {
+	sp, err := f.Spec()
 	if err != nil {
-		return loader.Dataset{}, err
+		return loader.Config{}, err
 	}
-	return loader.FromPatternWith(ctx, src, u.Bucket, u.Path, f.Pattern, o)
+	return loader.ResolveSettings(sp)
+}
+
+// Resolve returns the loader configuration the flags describe, its
+// dataset built through src (listings and headers), records (whole shards
+// a format must read to index them; nil: none) and idx (where such
+// indexes are kept; nil: nowhere), with every format (loader.Resolve).
+func (f *LoaderFlags) Resolve(ctx context.Context, src object.Source, records loader.Source,
+	idx loader.IndexCache) (loader.Config, error) {
+	sp, err := f.Spec()
+	if err != nil {
+		return loader.Config{}, err
+	}
+	cfg, err := loader.Resolve(ctx, sp, loader.Env{Source: src, Records: records, Index: idx, Formats: formats.All})
+	if f.Manifest != "" && err != nil {
+		err = fmt.Errorf("%s: %w", f.Manifest, err)
+	}
+	return cfg, err
 }
 
 // readLimited reads a file of at most max bytes.
@@ -142,38 +137,6 @@ func readLimited(path string, max int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %d bytes; at most %d", path, fi.Size(), max)
 	}
 	return os.ReadFile(path)
-}
-
-// Config returns the loader configuration the flags describe, for ds.
-func (f *LoaderFlags) Config(ds loader.Dataset) (loader.Config, error) {
-	mode, err := sampler.ParseMode(f.Shuffle)
-	if err != nil {
-		return loader.Config{}, fmt.Errorf("--shuffle: %w", err)
-	}
-	var tail sampler.Tail
-	switch f.Tail {
-	case sampler.Wrap.String():
-	case sampler.Drop.String():
-		tail = sampler.Drop
-	default:
-		return loader.Config{}, fmt.Errorf("--tail %q: want wrap or drop", f.Tail)
-	}
-	cfg := loader.Config{Dataset: ds, BatchSize: f.Batch, DropLast: f.DropLast, Shuffle: mode, Seed: f.Seed,
-		Window: f.Window, Rank: f.Rank, World: f.World, Tail: tail, Epoch: f.Epoch, Epochs: f.Epochs}
-	if mode == sampler.Node {
-		if cfg.Nodes, cfg.Node, err = sampler.Place(f.Rank, f.World, f.RanksPerNode, f.Nodes, f.Node); err != nil {
-			return loader.Config{}, fmt.Errorf("--shuffle node (--ranks-per-node, --nodes, --node): %w", err)
-		}
-	}
-	if f.ResumeBatch != 0 {
-		cfg.Resume = &loader.State{Epoch: f.Epoch, Batch: f.ResumeBatch}
-	}
-	if f.TokenOut != "" {
-		if cfg.TokenOut, err = loader.ParseDType(f.TokenOut); err != nil {
-			return loader.Config{}, fmt.Errorf("--token-out-dtype: %w", err)
-		}
-	}
-	return cfg, nil
 }
 
 // envInt returns the integer in the environment variable name, or 0.

@@ -61,7 +61,7 @@
 // # Protocol
 //
 // The client opens a session with POST /v1/loaders on the control socket
-// (control.LoaderRequest). The answer is a stream (NDJSON) that stays open
+// (loader/spec.Spec). The answer is a stream (NDJSON) that stays open
 // for the session's life; its first line (control.LoaderSession) is
 //
 //	{"protocol":1, "session":"…", "token":"…", "data_socket":"…/cacheagent.sock.data",

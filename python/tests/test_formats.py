@@ -19,7 +19,7 @@ from conftest import REPO, need
 
 L = 32  # the windows' length: samples of L+1 tokens
 NANO_TOKENS = 20_000
-FIXTURES = REPO / "loader" / "testdata"
+FIXTURES = REPO / "loader" / "formats" / "testdata"
 
 
 def cli_ids(daemon, prefix: str, pattern: str, batch: int, *flags: str) -> List[List[int]]:
@@ -40,7 +40,7 @@ def upload_dir(daemon, local: Path, prefix: str) -> None:
 @pytest.fixture(scope="module")
 def tokens(daemon, tmp_path_factory):
     """nanoGPT's train.bin (uint16, written with np.memmap) under fmt/nano/,
-    and the repository's token fixtures (loader/testdata/token_datasets.py:
+    and the repository's token fixtures (loader/formats/testdata/token_datasets.py:
     raw shards, Megatron .bin/.idx) under fmt/raw/ and fmt/megatron/."""
     np = need("numpy")
     tmp = tmp_path_factory.mktemp("tokens")
@@ -138,7 +138,7 @@ def test_token_fixtures(daemon, tokens, name, pattern, fmt):
 
 @pytest.fixture(scope="module")
 def wds(daemon, tmp_path_factory):
-    """The repository's WebDataset fixture (loader/testdata/wds_dataset.py:
+    """The repository's WebDataset fixture (loader/formats/testdata/wds_dataset.py:
     ustar, pax and GNU tars) under fmt/wds/, and each sample's fields as
     Python's tarfile reads them, in order."""
     tmp = tmp_path_factory.mktemp("wds") / "tars"

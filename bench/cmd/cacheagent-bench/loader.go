@@ -494,7 +494,7 @@ func fitLookahead(cfg loader.Config, budget, bytes int64, shards int) int {
 func (bc *benchLoaderConfig) loaderConfig(ds loader.Dataset, mode string, epochs int) (loader.Config, error) {
 	lf := bc.lf
 	lf.Shuffle, lf.Epochs = mode, epochs
-	cfg, err := lf.Config(ds)
-	cfg.Workers, cfg.Prefetch = bc.workers, bc.prefetch
+	cfg, err := lf.Settings()
+	cfg.Dataset, cfg.Workers, cfg.Prefetch = ds, bc.workers, bc.prefetch
 	return cfg, err
 }

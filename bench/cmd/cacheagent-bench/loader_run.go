@@ -368,10 +368,11 @@ func benchLoaderData(ctx context.Context, opts *cli.Options, bc *benchLoaderConf
 		cache = &benchCache{cache: a.Cache, store: store}
 		rep.Via = "standalone"
 	}
-	ds, err := bc.lf.Dataset(ctx, src)
+	resolved, err := bc.lf.Resolve(ctx, src, nil, nil)
 	if err != nil {
 		return rep, err
 	}
+	ds := resolved.Dataset
 	bytes, err := datasetBytes(ctx, src, ds)
 	if err != nil {
 		return rep, err

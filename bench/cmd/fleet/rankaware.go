@@ -11,6 +11,7 @@ import (
 	"github.com/cacheagent/cacheagent/bench/fleettest"
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/loader/ring"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/loader/synth"
 )
 
@@ -224,7 +225,7 @@ func readLoader(ctx context.Context, n *fleettest.Node, k, world int, o opts, ba
 	}
 	defer c.Close()
 	t0 := time.Now()
-	lc, err := c.OpenLoader(ctx, control.LoaderRequest{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
+	lc, err := c.OpenLoader(ctx, spec.Spec{Data: "gs://bench/" + npyPrefix, Pattern: synth.Pattern,
 		BatchSize: 256, Shuffle: o.loaderShuffle, Seed: 17, Epochs: epochs, Rank: k, World: world, RanksPerNode: 1})
 	if err != nil {
 		return nil, err

@@ -1,5 +1,5 @@
 """The body of a loader session's request (``POST /v1/loaders``, the Go
-``control.LoaderRequest``) from :class:`cacheagent.Loader`'s arguments."""
+``loader/spec.Spec``) from :class:`cacheagent.Loader`'s arguments."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"cmp"
@@ -15,52 +15,15 @@ import (
 	"testing"
 
 	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/loadertest"
 	"github.com/cacheagent/cacheagent/bench/testenv"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
+	"github.com/cacheagent/cacheagent/loader/formats/tokens"
 	"github.com/cacheagent/cacheagent/loader/sampler"
-	"github.com/cacheagent/cacheagent/mmapstore"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
-	"github.com/cacheagent/cacheagent/tier"
 )
-
-// dirEnv is objects in a fetch.Dir source, a tier.Cache over it and an
-// mmapstore.Store over the cache.
-type dirEnv struct {
-	dir   *cachetest.Dir
-	store *mmapstore.Store
-}
-
-// newDirEnv returns an empty dirEnv whose Store is checked for leases
-// outstanding at the end of the test.
-func newDirEnv(t testing.TB) *dirEnv {
-	t.Helper()
-	d := cachetest.NewDir(t)
-	c := cachetest.Cache(t, d.Src, cachetest.NewDownloader(t, d.Src), tier.Config{})
-	s := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
-	cachetest.CloseAtEnd(t, "Store", s, mmapstore.ErrClosed)
-	t.Cleanup(func() {
-		checkNoGoroutines(t, nil)
-		if n := s.Stats().Leases; n != 0 {
-			t.Errorf("%d leases outstanding after every Loader closed", n)
-		}
-	})
-	return &dirEnv{dir: d, store: s}
-}
-
-// putTree copies the files under local into the bucket under prefix.
-func (e *dirEnv) putTree(t *testing.T, local, prefix string) {
-	t.Helper()
-	ents, err := os.ReadDir(local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ent := range ents {
-		b, err := os.ReadFile(filepath.Join(local, ent.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e.dir.Put(t, testBucket, prefix+ent.Name(), b)
-	}
-}
 
 // tokenBatch is what a test keeps of a token batch.
 type tokenBatch struct {
@@ -70,15 +33,15 @@ type tokenBatch struct {
 }
 
 // drainTokens reads every batch of a Loader of cfg over e.
-func drainTokens(t *testing.T, e *dirEnv, cfg Config) []tokenBatch {
+func drainTokens(t *testing.T, e *loadertest.Env, cfg loader.Config) []tokenBatch {
 	t.Helper()
-	return drainTokensFrom(t, FromStore(e.store), cfg)
+	return drainTokensFrom(t, e.Source(), cfg)
 }
 
 // drainTokensFrom reads every batch of a Loader of cfg over src.
-func drainTokensFrom(t *testing.T, src Source, cfg Config) []tokenBatch {
+func drainTokensFrom(t *testing.T, src loader.Source, cfg loader.Config) []tokenBatch {
 	t.Helper()
-	l, err := New(src, cfg)
+	l, err := loader.New(src, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -96,7 +59,7 @@ func drainTokensFrom(t *testing.T, src Source, cfg Config) []tokenBatch {
 		if err != nil {
 			t.Fatalf("Next after %d batches: %v", len(out), err)
 		}
-		a, ok := b.Array(TokensName)
+		a, ok := b.Array(tokens.ArrayName)
 		if !ok || len(b.Names) != 1 || a.Shape[0] != b.Len() || a.Shape[1] != cfg.Dataset.Token.SeqLen+1 || b.ZeroCopy {
 			t.Fatalf("batch %d: names %v, shape %v, zero-copy %v", len(out), b.Names, a.Shape, b.ZeroCopy)
 		}
@@ -151,9 +114,9 @@ func uint16Tokens(a array.Array) ([]uint16, error) {
 
 // checkWindows checks every batch's windows against want, by id, and its
 // ids against IDs(cfg).
-func checkWindows(t *testing.T, cfg Config, got []tokenBatch, want [][]uint16) {
+func checkWindows(t *testing.T, cfg loader.Config, got []tokenBatch, want [][]uint16) {
 	t.Helper()
-	seq, err := IDs(cfg)
+	seq, err := loader.IDs(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,18 +156,18 @@ func TestTokenWindowsPython(t *testing.T) {
 	if err := json.Unmarshal(b, &expect); err != nil {
 		t.Fatal(err)
 	}
-	e := newDirEnv(t)
+	e := loadertest.New(t)
 	for _, tc := range []struct {
 		name, pattern string
-		opt           Options
+		sp            spec.Spec
 	}{
-		{"raw", "shard-*.bin", Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L}},
-		{"llmc", "shard-*.bin", Options{Format: FormatTokens, SeqLen: L}},
-		{"megatron", "shard-*.{bin,idx}", Options{Format: FormatMegatron, SeqLen: L}},
+		{"raw", "shard-*.bin", spec.Spec{Format: "tokens", TokenDType: "uint16", SeqLen: L}},
+		{"llmc", "shard-*.bin", spec.Spec{SeqLen: L}}, // the format guessed
+		{"megatron", "shard-*.{bin,idx}", spec.Spec{SeqLen: L}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e.putTree(t, filepath.Join(tmp, "d", tc.name), tc.name+"/")
-			ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.name+"/", tc.pattern, tc.opt)
+			e.PutTree(t, filepath.Join(tmp, "d", tc.name), tc.name+"/")
+			ds, err := build(e, tc.name+"/", tc.pattern, tc.sp)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -212,7 +175,7 @@ func TestTokenWindowsPython(t *testing.T) {
 			if _, n := ds.Rows(); n != int64(len(want)) {
 				t.Fatalf("%d windows; numpy has %d", n, len(want))
 			}
-			for _, cfg := range []Config{
+			for _, cfg := range []loader.Config{
 				{BatchSize: 4, Shuffle: sampler.Sequential, Epochs: 2},
 				{BatchSize: 3, Shuffle: sampler.Global, Seed: 5, Rank: 1, World: 2, Epochs: 2},
 				{BatchSize: 5, Shuffle: sampler.ShardWindow, Window: 2, Seed: 9, Rank: 0, World: 3},
@@ -220,7 +183,7 @@ func TestTokenWindowsPython(t *testing.T) {
 				cfg.Dataset = ds
 				all := drainTokens(t, e, cfg)
 				checkWindows(t, cfg, all, want)
-				cfg.Resume = &State{Epoch: 0, Batch: 1}
+				cfg.Resume = &loader.State{Epoch: 0, Batch: 1}
 				rest := drainTokens(t, e, cfg)
 				checkWindows(t, cfg, rest, want)
 				if len(rest) != len(all)-1 || !slices.EqualFunc(rest, all[1:], func(a, b tokenBatch) bool {
@@ -237,9 +200,9 @@ func TestTokenWindowsPython(t *testing.T) {
 // window, against the files concatenated, and the window count.
 func TestTokenWindowsGo(t *testing.T) {
 	const L = 8
-	e := newDirEnv(t)
-	ds, want := putTokenFiles(t, e.dir, []int{3, 20, 1, 2, 9, 17}, L)
-	cfg := Config{Dataset: ds, BatchSize: 2, Shuffle: sampler.Global, Seed: 3, World: 2, Rank: 1, Epochs: 3}
+	e := loadertest.New(t)
+	ds, want := putTokenFiles(t, e, []int{3, 20, 1, 2, 9, 17}, L)
+	cfg := loader.Config{Dataset: ds, BatchSize: 2, Shuffle: sampler.Global, Seed: 3, World: 2, Rank: 1, Epochs: 3}
 	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
 	cfg.Shuffle, cfg.Window = sampler.ShardWindow, 1
 	checkWindows(t, cfg, drainTokens(t, e, cfg), want)
@@ -248,7 +211,7 @@ func TestTokenWindowsGo(t *testing.T) {
 		checkWindows(t, cfg, drainTokens(t, e, cfg), want)
 	}
 	cfg.TokenOut = array.Uint8
-	if _, err := New(FromStore(e.store), cfg); !errors.Is(err, ErrConfig) {
+	if _, err := loader.New(e.Source(), cfg); !errors.Is(err, loader.ErrConfig) {
 		t.Errorf("New with TokenOut uint8 = %v; want ErrConfig", err)
 	}
 }
@@ -256,7 +219,7 @@ func TestTokenWindowsGo(t *testing.T) {
 // putTokenFiles writes raw uint16 files tok/part-a.bin, part-b.bin… of
 // the given token counts into d and returns their dataset with windows of
 // L, and its windows.
-func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset, [][]uint16) {
+func putTokenFiles(t *testing.T, e *loadertest.Env, sizes []int, L int) (loader.Dataset, [][]uint16) {
 	t.Helper()
 	var stream []uint16
 	for i, n := range sizes {
@@ -266,10 +229,9 @@ func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset,
 			stream = append(stream, v)
 			binary.LittleEndian.PutUint16(b[2*k:], v)
 		}
-		d.Put(t, testBucket, "tok/part-"+string(rune('a'+i))+".bin", b)
+		e.Dir.Put(t, loadertest.Bucket, "tok/part-"+string(rune('a'+i))+".bin", b)
 	}
-	ds, err := FromPatternWith(context.Background(), d.Src, testBucket, "tok/", "part-*.bin",
-		Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L})
+	ds, err := build(e, "tok/", "part-*.bin", spec.Spec{Format: "tokens", TokenDType: "uint16", SeqLen: L})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,74 +239,40 @@ func putTokenFiles(t *testing.T, d *cachetest.Dir, sizes []int, L int) (Dataset,
 	for k := 0; k*L+L+1 <= len(stream); k++ {
 		want = append(want, stream[k*L:k*L+L+1])
 	}
-	if _, n := ds.Rows(); n != NumWindows(int64(len(stream)), L) || n != int64(len(want)) {
+	if _, n := ds.Rows(); n != tokens.NumWindows(int64(len(stream)), L) || n != int64(len(want)) {
 		t.Fatalf("%d windows; want %d", n, len(want))
 	}
 	return ds, want
 }
 
-// TestWiden converts tokens of every integer type to int32 and int64, from
-// aligned and misaligned buffers.
-func TestWiden(t *testing.T) {
-	vals := []int64{0, 1, 7, 100, 127}
-	for _, in := range []array.DType{array.Int8, array.Uint8, array.Int16, array.Uint16, array.Int32, array.Uint32,
-		array.Int64, array.Uint64} {
-		for _, out := range []array.DType{array.Int32, array.Int64} {
-			if !widens(in, out) {
-				continue
-			}
-			for _, shift := range []int{0, 1} {
-				n, osize := in.Size(), out.Size()
-				src := make([]byte, shift+n*len(vals)+n)[shift : shift+n*len(vals)]
-				for i, v := range vals {
-					for k := range n {
-						src[i*n+k] = byte(uint64(v) >> (8 * k))
-					}
-				}
-				dst := make([]byte, osize*len(vals))
-				widen(dst, src, in, out)
-				for i, v := range vals {
-					var got int64
-					if osize == 4 {
-						got = int64(int32(binary.LittleEndian.Uint32(dst[4*i:])))
-					} else {
-						got = int64(binary.LittleEndian.Uint64(dst[8*i:]))
-					}
-					if got != v {
-						t.Errorf("widen %s to %s (shift %d): token %d = %d; want %d", in, out, shift, i, got, v)
-					}
-				}
-			}
-		}
-	}
-}
-
 // TestTokenErrors checks that malformed token datasets are errors naming
 // the object.
 func TestTokenErrors(t *testing.T) {
-	e := newDirEnv(t)
-	e.dir.Put(t, testBucket, "odd/a.bin", []byte{1, 2, 3})
+	e := loadertest.New(t)
+	e.Dir.Put(t, loadertest.Bucket, "odd/a.bin", []byte{1, 2, 3})
 	hdr := make([]byte, 1024+4)
 	binary.LittleEndian.PutUint32(hdr, 20240520)
 	binary.LittleEndian.PutUint32(hdr[4:], 1)
 	binary.LittleEndian.PutUint32(hdr[8:], 5) // 5 tokens, 2 follow
-	e.dir.Put(t, testBucket, "short/a.bin", hdr)
+	e.Dir.Put(t, loadertest.Bucket, "short/a.bin", hdr)
 	idx := cachetest.MegatronIndex([]int32{4}, []int64{0})
-	e.dir.Put(t, testBucket, "mt/a.idx", idx)
-	e.dir.Put(t, testBucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
+	e.Dir.Put(t, loadertest.Bucket, "mt/a.idx", idx)
+	e.Dir.Put(t, loadertest.Bucket, "mt/a.bin", []byte{1, 0, 2, 0}) // 2 tokens of 4
 	for _, tc := range []struct{ prefix, pattern, obj string }{
 		{"odd/", "*.bin", "odd/a.bin"},
 		{"short/", "*.bin", "short/a.bin"},
 		{"mt/", "*.{bin,idx}", "mt/a.idx"},
 	} {
-		f := FormatTokens
-		if tc.prefix == "mt/" {
-			f = FormatMegatron
-		}
-		_, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, tc.prefix, tc.pattern,
-			Options{Format: f, TokenDType: array.Uint16, SeqLen: 4})
-		if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), tc.obj) {
+		_, err := build(e, tc.prefix, tc.pattern, spec.Spec{TokenDType: "uint16", SeqLen: 4})
+		if !errors.Is(err, loader.ErrDataset) || !strings.Contains(err.Error(), tc.obj) {
 			t.Errorf("%s: %v; want ErrDataset naming %s", tc.prefix, err, tc.obj)
 		}
 	}
+}
+
+// build resolves the dataset of the objects under prefix of the test
+// bucket matching pattern, as sp says, with every format.
+func build(e *loadertest.Env, prefix, pattern string, sp spec.Spec) (loader.Dataset, error) {
+	sp.Data, sp.Pattern = "gs://"+loadertest.Bucket+"/"+prefix, pattern
+	return loader.ResolveDataset(context.Background(), sp, e.LoaderEnv(formats.All...))
 }

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"archive/tar"
@@ -15,19 +15,23 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
+	wds "github.com/cacheagent/cacheagent/mmapstore/webdataset"
 	"github.com/cacheagent/cacheagent/object"
 )
 
 // mmapSource is a Source that maps files of a fetch.Dir root read-only,
 // as a cache's tier file is mapped, and counts its Acquires: each is one
-// scan of a tar's headers when FromPatternWith indexes it.
+// scan of a tar's headers when the webdataset format indexes it.
 type mmapSource struct {
 	root     string
 	acquires atomic.Int64
 }
 
-func (m *mmapSource) Acquire(_ context.Context, o object.Object) (Lease, error) {
+func (m *mmapSource) Acquire(_ context.Context, o object.Object) (loader.Lease, error) {
 	m.acquires.Add(1)
 	f, err := os.Open(filepath.Join(m.root, o.Bucket, filepath.FromSlash(o.Name)))
 	if err != nil {
@@ -92,7 +96,7 @@ func writeSparseTar(b *testing.B, p string, size int64, member int) int {
 // BenchmarkTarIndex builds a WebDataset dataset of one 1 GiB tar of 100 KB
 // members (sparse: headers on disk, data as holes; the tar mapped from the
 // page cache as a cached object would be) from a Dir listing. cold: no
-// saved index, so FromPatternWith maps the tar, scans its ~10,700 headers
+// saved index, so the build maps the tar, scans its ~10,700 headers
 // and saves the index (DirIndex, a fresh directory per iteration).
 // restart: the index saved by a first build is read and validated instead;
 // scans/op counts the tar's Acquires, the only way to read its headers, and
@@ -107,24 +111,24 @@ func BenchmarkTarIndex(b *testing.B) {
 	}
 	defer src.Close()
 	ctx := context.Background()
-	build := func(b *testing.B, idx IndexCache, records *mmapSource) {
-		ds, err := FromPatternWith(ctx, src, "bkt", "wds/", "shard-*.tar",
-			Options{Format: FormatWebDataset, Records: records, Index: idx})
+	build := func(b *testing.B, idx loader.IndexCache, records *mmapSource) {
+		ds, err := loader.ResolveDataset(ctx, spec.Spec{Data: "gs://bkt/wds/", Pattern: "shard-*.tar"},
+			loader.Env{Source: src, Records: records, Index: idx, Formats: formats.All})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got := len(ds.Groups[0].Index.Members()); got != members {
+		if got := len(ds.Groups[0].Index.(*wds.Shard).Members()); got != members {
 			b.Fatalf("%d members indexed; wrote %d", got, members)
 		}
 	}
 	saved := filepath.Join(b.TempDir(), "wds-index")
-	build(b, DirIndex(saved), &mmapSource{root: root}) // the first run: what restart finds
+	build(b, loader.DirIndex(saved), &mmapSource{root: root}) // the first run: what restart finds
 	b.Run("cold", func(b *testing.B) {
 		records := &mmapSource{root: root}
 		dirs := b.TempDir()
 		i := 0
 		for b.Loop() {
-			build(b, DirIndex(filepath.Join(dirs, strconv.Itoa(i))), records)
+			build(b, loader.DirIndex(filepath.Join(dirs, strconv.Itoa(i))), records)
 			i++
 		}
 		b.ReportMetric(float64(members), "headers")
@@ -133,7 +137,7 @@ func BenchmarkTarIndex(b *testing.B) {
 	b.Run("restart", func(b *testing.B) {
 		records := &mmapSource{root: root}
 		for b.Loop() {
-			build(b, DirIndex(saved), records)
+			build(b, loader.DirIndex(saved), records)
 		}
 		files, _ := filepath.Glob(filepath.Join(saved, "*.wdsidx"))
 		if len(files) != 1 {

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"bytes"
@@ -11,9 +11,12 @@ import (
 	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore"
-	"github.com/cacheagent/cacheagent/mmapstore/megatron"
-	"github.com/cacheagent/cacheagent/mmapstore/webdataset"
+	mgidx "github.com/cacheagent/cacheagent/mmapstore/megatron"
+	wds "github.com/cacheagent/cacheagent/mmapstore/webdataset"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -47,14 +50,17 @@ func TestMalformedShards(t *testing.T) {
 	}
 	for _, m := range cachetest.MalformedDatasets(t) {
 		t.Run(m.Name, func(t *testing.T) {
-			opt := malformedOptions(t, m, FromStore(store))
+			env := loader.Env{Source: src, Records: loader.FromStore(store), Formats: formats.All}
+			sp := spec.Spec{Format: m.Format, SeqLen: m.SeqLen, TokenDType: m.TokenDType, Pattern: m.Pattern}
 			_ = put(t, "build-"+m.Name+"/", m.Files())
-			_, err := FromPatternWith(ctx, src, emuBucket, "build-"+m.Name+"/", m.Pattern, opt)
-			checkNamesObject(t, "FromPatternWith", err, "gs://"+emuBucket+"/build-"+m.Name+"/"+m.Object)
+			sp.Data = "gs://" + emuBucket + "/build-" + m.Name + "/"
+			_, err := loader.ResolveDataset(ctx, sp, env)
+			checkNamesObject(t, "ResolveDataset", err, "gs://"+emuBucket+"/build-"+m.Name+"/"+m.Object)
 
 			put(t, "good-"+m.Name+"/", m.Good)
 			bad := put(t, "bad-"+m.Name+"/", m.Bad)
-			ds, err := FromPatternWith(ctx, src, emuBucket, "good-"+m.Name+"/", m.Pattern, opt)
+			sp.Data = "gs://" + emuBucket + "/good-" + m.Name + "/"
+			ds, err := loader.ResolveDataset(ctx, sp, env)
 			if err != nil {
 				t.Fatalf("the good version: %v", err)
 			}
@@ -64,8 +70,8 @@ func TestMalformedShards(t *testing.T) {
 					sh.Objects[j] = b
 				}
 			}
-			indexes := []*webdataset.Shard{nil} // the Loader indexes the tar
-			if x := sh.Index; x != nil && int64(len(m.Bad[m.Object])) != x.ObjectSize() {
+			indexes := []any{nil} // the Loader indexes the tar
+			if x, ok := sh.Index.(*wds.Shard); ok && int64(len(m.Bad[m.Object])) != x.ObjectSize() {
 				indexes = append(indexes, x) // the good tar's, of another size
 			}
 			for _, x := range indexes {
@@ -93,27 +99,11 @@ func emulatorSource(t *testing.T) (*emulator.Server, *fetch.GCS) {
 	return emu, src
 }
 
-// malformedOptions returns the loader options of m's flags.
-func malformedOptions(t *testing.T, m cachetest.Malformed, records Source) Options {
-	t.Helper()
-	f, err := ParseFormat(m.Format)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt := Options{Format: f, SeqLen: m.SeqLen, Records: records}
-	if m.TokenDType != "" {
-		if opt.TokenDType, err = ParseDType(m.TokenDType); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return opt
-}
-
 // firstBatchError runs a Loader of ds and returns what its first Next
 // returned, failing the test if that is a batch.
-func firstBatchError(t *testing.T, store *mmapstore.Store, ds Dataset) error {
+func firstBatchError(t *testing.T, store *mmapstore.Store, ds loader.Dataset) error {
 	t.Helper()
-	l, err := New(FromStore(store), Config{Dataset: ds, BatchSize: 1})
+	l, err := loader.New(loader.FromStore(store), loader.Config{Dataset: ds, BatchSize: 1})
 	if err != nil {
 		return err
 	}
@@ -130,7 +120,7 @@ func firstBatchError(t *testing.T, store *mmapstore.Store, ds Dataset) error {
 // without its generation).
 func checkNamesObject(t *testing.T, what string, err error, obj string) {
 	t.Helper()
-	if !errors.Is(err, ErrDataset) || !strings.Contains(err.Error(), obj) {
+	if !errors.Is(err, loader.ErrDataset) || !strings.Contains(err.Error(), obj) {
 		t.Errorf("%s: %v; want ErrDataset naming %s", what, err, obj)
 		return
 	}
@@ -145,7 +135,7 @@ func TestMegatronIndexSizeFirst(t *testing.T) {
 	ctx := context.Background()
 	emu, src := emulatorSource(t)
 	const big = 8 << 20
-	header := cachetest.MegatronIndex([]int32{6, 4}, []int64{0, 12})[:megatron.HeaderSize]
+	header := cachetest.MegatronIndex([]int32{6, 4}, []int64{0, 12})[:mgidx.HeaderSize]
 	for name, idx := range map[string][]byte{
 		"counts":  append(bytes.Clone(header), make([]byte, big)...),
 		"foreign": emulator.Pattern(1, big),
@@ -157,8 +147,9 @@ func TestMegatronIndexSizeFirst(t *testing.T) {
 				}
 			}
 			before := emu.BytesServed()
-			_, err := FromPatternWith(ctx, src, emuBucket, name+"/", "*.{bin,idx}", Options{Format: FormatMegatron, SeqLen: 4})
-			checkNamesObject(t, "FromPatternWith", err, "gs://"+emuBucket+"/"+name+"/a.idx")
+			_, err := loader.ResolveDataset(ctx, spec.Spec{Data: "gs://" + emuBucket + "/" + name + "/", Pattern: "*.{bin,idx}", SeqLen: 4},
+				loader.Env{Source: src, Formats: formats.All})
+			checkNamesObject(t, "ResolveDataset", err, "gs://"+emuBucket+"/"+name+"/a.idx")
 			if n := emu.BytesServed() - before; n >= big {
 				t.Errorf("%d bytes read; want the header only", n)
 			}

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"context"
@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cacheagent/cacheagent/bench/loadertest"
+	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
-	"github.com/cacheagent/cacheagent/mmapstore/array"
+	"github.com/cacheagent/cacheagent/loader/spec"
 )
 
 // BenchmarkTokenWindows measures the gather of token windows end to end
@@ -19,23 +21,22 @@ import (
 // the loader's rate over memcpy's.
 func BenchmarkTokenWindows(b *testing.B) {
 	const L, batch, files, tokensPerFile = 2048, 64, 4, 8 << 20
-	e := newDirEnv(b)
+	e := loadertest.New(b)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range files {
 		buf := make([]byte, 2*tokensPerFile)
 		for k := range buf {
 			buf[k] = byte(rng.Uint32())
 		}
-		e.dir.Put(b, testBucket, "bench/part-"+strconv.Itoa(i)+".bin", buf)
+		e.Dir.Put(b, loadertest.Bucket, "bench/part-"+strconv.Itoa(i)+".bin", buf)
 	}
-	ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "bench/", "part-*.bin",
-		Options{Format: FormatTokens, TokenDType: array.Uint16, SeqLen: L})
+	ds, err := build(e, "bench/", "part-*.bin", spec.Spec{Format: "tokens", TokenDType: "uint16", SeqLen: L})
 	if err != nil {
 		b.Fatal(err)
 	}
 	sample := (L + 1) * 2
 	epoch := func(ep int) int64 {
-		l, err := New(FromStore(e.store), Config{Dataset: ds, BatchSize: batch, Shuffle: sampler.Global, Seed: 1, Epoch: ep})
+		l, err := loader.New(e.Source(), loader.Config{Dataset: ds, BatchSize: batch, Shuffle: sampler.Global, Seed: 1, Epoch: ep})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/cacheagent/cacheagent/bench/cachetest"
+	"github.com/cacheagent/cacheagent/bench/loadertest"
+	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/sampler"
 	"github.com/cacheagent/cacheagent/mmapstore"
 	"github.com/cacheagent/cacheagent/object"
@@ -48,8 +50,9 @@ func objectNames(objs []object.Object) []string {
 // its object staged.
 func TestSpillShardsPlannedAndStaged(t *testing.T) {
 	const L = 8
-	d := cachetest.NewDir(t)
-	ds, want := putTokenFiles(t, d, []int{20, 2, 20, 20}, L)
+	e := loadertest.New(t)
+	d := e.Dir
+	ds, want := putTokenFiles(t, e, []int{20, 2, 20, 20}, L)
 	entries := map[string][]string{"a": {"a", "b", "c"}, "b": {"b"}, "c": {"c", "d"}, "d": {"d"}}
 	for _, mode := range []sampler.Mode{sampler.Sequential, sampler.Global} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -57,9 +60,9 @@ func TestSpillShardsPlannedAndStaged(t *testing.T) {
 			store := mmapstore.New(c.Opener(), mmapstore.Config{MaxIdleMappings: -1, Revalidate: -1})
 			cachetest.CloseAtEnd(t, "Store", store, mmapstore.ErrClosed)
 			p, st := &recordingPlanner{}, &recordingStager{Stager: c.Stager()}
-			cfg := Config{Dataset: ds, BatchSize: 2, Shuffle: mode, Seed: 7, Lookahead: 1, Epochs: 2,
+			cfg := loader.Config{Dataset: ds, BatchSize: 2, Shuffle: mode, Seed: 7, Lookahead: 1, Epochs: 2,
 				Planner: p, Stager: st}
-			checkWindows(t, cfg, drainTokensFrom(t, FromStore(store), cfg), want)
+			checkWindows(t, cfg, drainTokensFrom(t, loader.FromStore(store), cfg), want)
 			if m := c.Stats().Misses(); m != 0 {
 				t.Errorf("%d cache misses; want 0: every object, spill shards too, staged before its Acquire", m)
 			}
@@ -103,3 +106,30 @@ func checkPlanEntries(t *testing.T, plan []string, entries map[string][]string) 
 	}
 	return starts
 }
+
+// recordingPlanner is a Planner that records the plans a Loader announces
+// and its advances through them.
+type recordingPlanner struct {
+	mu       sync.Mutex
+	plans    [][]object.Object
+	advances [][]int // per plan
+}
+
+func (p *recordingPlanner) Plan(_ context.Context, _ string, objs []object.Object) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.plans = append(p.plans, slices.Clone(objs))
+	p.advances = append(p.advances, nil)
+	return nil
+}
+
+func (p *recordingPlanner) AdvancePlan(_ context.Context, _ string, pos int) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.plans) > 0 {
+		p.advances[len(p.advances)-1] = append(p.advances[len(p.advances)-1], pos)
+	}
+	return nil
+}
+
+func (p *recordingPlanner) DropPlan(context.Context, string) error { return nil }

@@ -1,4 +1,4 @@
-package loader
+package formats_test
 
 import (
 	"context"
@@ -11,8 +11,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/loadertest"
 	"github.com/cacheagent/cacheagent/bench/testenv"
+	"github.com/cacheagent/cacheagent/loader"
+	"github.com/cacheagent/cacheagent/loader/formats"
 	"github.com/cacheagent/cacheagent/loader/sampler"
+	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -35,11 +39,13 @@ func TestRecordsPython(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(tmp, "d", "expect.json"))
-	e := newDirEnv(t)
-	e.putTree(t, filepath.Join(tmp, "d"), "wds/")
-	idx := &countingIndex{IndexCache: DirIndex(filepath.Join(tmp, "index"))}
-	opt := Options{Format: FormatWebDataset, Records: FromStore(e.store), Index: idx}
-	ds, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt)
+	e := loadertest.New(t)
+	e.PutTree(t, filepath.Join(tmp, "d"), "wds/")
+	idx := &countingIndex{IndexCache: loader.DirIndex(filepath.Join(tmp, "index"))}
+	env := e.LoaderEnv(formats.All...)
+	env.Index = idx
+	sp := spec.Spec{Data: "gs://" + loadertest.Bucket + "/wds/", Pattern: "shard-*.tar"}
+	ds, err := loader.ResolveDataset(context.Background(), sp, env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +53,8 @@ func TestRecordsPython(t *testing.T) {
 		t.Fatalf("%d samples, fields %v, %d indexes saved; want %d, txt,json,bin, 3", n, ds.Fields, idx.stored.Load(), len(expect))
 	}
 	// Again, from the saved indexes only (no Source to index from).
-	opt.Records = nil
-	again, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt)
+	env.Records = nil
+	again, err := loader.ResolveDataset(context.Background(), sp, env)
 	if err != nil {
 		t.Fatalf("from saved indexes: %v", err)
 	}
@@ -61,14 +67,14 @@ func TestRecordsPython(t *testing.T) {
 	if err := os.WriteFile(saved[0], []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opt.Records = FromStore(e.store)
-	if _, err := FromPatternWith(context.Background(), e.dir.Src, testBucket, "wds/", "shard-*.tar", opt); err != nil || idx.stored.Load() != 4 {
+	env.Records = e.Source()
+	if _, err := loader.ResolveDataset(context.Background(), sp, env); err != nil || idx.stored.Load() != 4 {
 		t.Fatalf("corrupt index: %v, %d stores; want a rebuild", err, idx.stored.Load())
 	}
 	for _, views := range []bool{false, true} {
 		for rank := range 2 {
-			cfg := Config{Dataset: ds, BatchSize: 3, Shuffle: sampler.Global, Seed: 4, Rank: rank, World: 2, RecordViews: views}
-			l, err := New(FromStore(e.store), cfg)
+			cfg := loader.Config{Dataset: ds, BatchSize: 3, Shuffle: sampler.Global, Seed: 4, Rank: rank, World: 2, RecordViews: views}
+			l, err := loader.New(e.Source(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +110,7 @@ func TestRecordsPython(t *testing.T) {
 
 // countingIndex counts Stores.
 type countingIndex struct {
-	IndexCache
+	loader.IndexCache
 	stored atomic.Int32
 }
 
