@@ -35,20 +35,25 @@ type manifests struct {
 	np  *networkingv1.NetworkPolicy // optional
 }
 
+// kustomization is what kustomization.yaml sets.
+type kustomization struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Resources  []string `json:"resources"`
+	// Images points the DaemonSet's image at the one the repository's
+	// Dockerfile builds (image_test.go).
+	Images []struct {
+		Name    string `json:"name"`
+		NewName string `json:"newName"`
+		NewTag  string `json:"newTag"`
+	} `json:"images"`
+}
+
 // load decodes every file of kustomization.yaml's resources strictly into
 // its k8s.io/api type.
 func load(t *testing.T) manifests {
 	t.Helper()
-	var k struct {
-		APIVersion string   `json:"apiVersion"`
-		Kind       string   `json:"kind"`
-		Resources  []string `json:"resources"`
-		Images     []struct {
-			Name    string `json:"name"`
-			NewName string `json:"newName"`
-			NewTag  string `json:"newTag"`
-		} `json:"images"`
-	}
+	var k kustomization
 	strict(t, "kustomization.yaml", &k)
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		t.Fatalf("kustomization.yaml: %s %s", k.APIVersion, k.Kind)

@@ -1,4 +1,4 @@
-//go:build linux
+//go:build linux && !nocuda
 
 package cuda
 
@@ -13,3 +13,6 @@ func dlsym(h uintptr, name string) (uintptr, error) { return purego.Dlsym(h, nam
 // dlclose unloads a library Load rejected; nothing was bound from it, so an
 // error leaves only a mapping behind.
 func dlclose(h uintptr) { _ = purego.Dlclose(h) }
+
+// register binds the Go function *fptr to the C function at addr.
+func register(fptr any, addr uintptr) { purego.RegisterFunc(fptr, addr) }

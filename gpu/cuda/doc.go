@@ -16,6 +16,12 @@
 // package to cgo and offers no more checking. cuda.h-based bindings need the
 // toolkit and fail to build in CI.
 //
+// purego links the binary dynamically against glibc (its cgo-free runtime
+// imports dlopen), so a CGO_ENABLED=0 build is not a static binary. The
+// nocuda build tag leaves the binding out (Load fails with ErrNoDriver,
+// saying so): the container image builds the daemon static with it, since
+// the daemon itself never touches a GPU.
+//
 // A missing function is an error from Load (ErrMissingSymbol, naming it),
 // never a panic: symbols are resolved with purego.Dlsym before any is
 // registered, instead of purego.RegisterLibFunc, which panics.

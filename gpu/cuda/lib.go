@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // DefaultLibrary is the driver library Load opens when given no path.
@@ -178,7 +176,7 @@ func Load(path string) (*Library, error) {
 		return nil, fmt.Errorf("%w: %s in %s", ErrMissingSymbol, strings.Join(missing, ", "), path)
 	}
 	for i, f := range l.fn.table() {
-		purego.RegisterFunc(f.fptr, addrs[i])
+		register(f.fptr, addrs[i])
 	}
 	return l, nil
 }
