@@ -98,7 +98,7 @@ func (l *Loader) gather(ctx context.Context, s *slot) {
 // a flat table (srcs, kept in g.Scratch) rather than through the shards:
 // the two extra dependent loads per row cost 8–13% of the copy rate of
 // 1 KiB random rows.
-func (r *npyReader) copyRows(g *Gather) {
+func (r *rowReader) copyRows(g *Gather) {
 	srcs, _ := g.Scratch.(*[][]byte)
 	if srcs == nil {
 		srcs = new([][]byte)
@@ -107,7 +107,7 @@ func (r *npyReader) copyRows(g *Gather) {
 	for j := range r.ds.Specs {
 		if rs := r.rowSize[j]; rs > 0 && rs <= memhint.Line {
 			for _, p := range g.Picks {
-				memhint.Bytes(g.Shards[p.Shard].(*npyShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs])
+				memhint.Bytes(g.Shards[p.Shard].(*rowShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs])
 			}
 		}
 	}
@@ -123,11 +123,11 @@ func (r *npyReader) copyRows(g *Gather) {
 
 // copyArray copies g's rows of array j into its buffer and returns the
 // bytes copied.
-func (r *npyReader) copyArray(g *Gather, srcs *[][]byte, j int, spec Spec) int64 {
+func (r *rowReader) copyArray(g *Gather, srcs *[][]byte, j int, spec Spec) int64 {
 	n := len(g.Picks)
 	*srcs = (*srcs)[:0]
 	for _, sh := range g.Shards {
-		*srcs = append(*srcs, sh.(*npyShard).arrays[j].Data)
+		*srcs = append(*srcs, sh.(*rowShard).arrays[j].Data)
 	}
 	rs := r.rowSize[j]
 	dst := g.Buffers[j][: n*rs : n*rs]

@@ -120,11 +120,11 @@ func BenchmarkCopyRunsParallel(b *testing.B) {
 func BenchmarkCopyBatch(b *testing.B) {
 	const shards, rows, rs, batch = 64, 8192, 1 << 10, 256
 	xs, ys := mapShards(b, shards, rows*rs), mapShards(b, shards, rows*8)
-	r := &npyReader{rowSize: []int{rs, 8}, ds: Dataset{Specs: make([]Spec, 2)}}
+	r := &rowReader{rowSize: []int{rs, 8}, ds: Dataset{Specs: make([]Spec, 2)}}
 	g := &Gather{Buffers: [][]byte{make([]byte, batch*rs), make([]byte, batch*8)}, Shapes: [][]int{{0}, {0}},
 		Batch: &Batch{Arrays: make([]array.Array, 2)}}
 	for k := range shards {
-		g.Shards = append(g.Shards, &npyShard{arrays: []array.Array{{Data: xs[k]}, {Data: ys[k]}}})
+		g.Shards = append(g.Shards, &rowShard{arrays: []array.Array{{Data: xs[k]}, {Data: ys[k]}}})
 	}
 	picks := randomPicks(batches*batch, shards, rows)
 	b.SetBytes(batch * (rs + 8))

@@ -15,14 +15,14 @@ func TestCopyRows(t *testing.T) {
 	for _, rs := range []int{1, 3, 4, 8, 24, 1 << 10, prefetchRowMax + 8} {
 		const shards, rows, n = 5, 50, 64
 		rng := rand.New(rand.NewPCG(uint64(rs), 1))
-		r := &npyReader{rowSize: []int{rs}, ds: Dataset{Specs: make([]Spec, 1)}}
+		r := &rowReader{rowSize: []int{rs}, ds: Dataset{Specs: make([]Spec, 1)}}
 		g := &Gather{Buffers: [][]byte{make([]byte, n*rs)}, Shapes: [][]int{{0}}, Batch: &Batch{Arrays: make([]array.Array, 1)}}
 		for range shards {
 			data := make([]byte, rows*rs)
 			for i := range data {
 				data[i] = byte(rng.Uint32())
 			}
-			g.Shards = append(g.Shards, &npyShard{arrays: []array.Array{{Data: data}}})
+			g.Shards = append(g.Shards, &rowShard{arrays: []array.Array{{Data: data}}})
 		}
 		for i := 0; i < n; {
 			sh, row := rng.IntN(shards), rng.IntN(rows)
@@ -35,7 +35,7 @@ func TestCopyRows(t *testing.T) {
 		r.copyRows(g)
 		got := g.Batch.Arrays[0].Data
 		for i, p := range g.Picks {
-			want := g.Shards[p.Shard].(*npyShard).arrays[0].Data[p.Row*rs : (p.Row+1)*rs]
+			want := g.Shards[p.Shard].(*rowShard).arrays[0].Data[p.Row*rs : (p.Row+1)*rs]
 			if !bytes.Equal(got[i*rs:(i+1)*rs], want) {
 				t.Fatalf("row size %d: sample %d (shard %d row %d) differs", rs, i, p.Shard, p.Row)
 			}
@@ -53,14 +53,14 @@ func TestCopyRowsArrays(t *testing.T) {
 	sizes := []int{8, 1 << 10, 24, 4, 64, 65}
 	const shards, rows, n = 4, 40, 50
 	rng := rand.New(rand.NewPCG(3, 3))
-	r := &npyReader{rowSize: sizes, ds: Dataset{Specs: make([]Spec, len(sizes))}}
+	r := &rowReader{rowSize: sizes, ds: Dataset{Specs: make([]Spec, len(sizes))}}
 	g := &Gather{Batch: &Batch{Arrays: make([]array.Array, len(sizes))}}
 	for _, rs := range sizes {
 		g.Buffers = append(g.Buffers, make([]byte, n*rs))
 		g.Shapes = append(g.Shapes, []int{0})
 	}
 	for range shards {
-		sh := &npyShard{}
+		sh := &rowShard{}
 		for _, rs := range sizes {
 			data := make([]byte, rows*rs)
 			for i := range data {
@@ -77,7 +77,7 @@ func TestCopyRowsArrays(t *testing.T) {
 	for j, rs := range sizes {
 		got := g.Batch.Arrays[j].Data
 		for i, p := range g.Picks {
-			want := g.Shards[p.Shard].(*npyShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs]
+			want := g.Shards[p.Shard].(*rowShard).arrays[j].Data[p.Row*rs : (p.Row+1)*rs]
 			if !bytes.Equal(got[i*rs:(i+1)*rs], want) {
 				t.Fatalf("array %d (rows of %d bytes): sample %d differs", j, rs, i)
 			}

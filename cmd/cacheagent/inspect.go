@@ -22,13 +22,14 @@ import (
 	"github.com/cacheagent/cacheagent/object"
 )
 
-// inspectReport is what `cacheagent inspect` prints: the layout of a .npy
-// or .safetensors object.
+// inspectReport is what `cacheagent inspect` prints: the layout of an
+// object of any format inspect reads (.npy, .safetensors, a Megatron .idx,
+// an llm.c token shard, a WebDataset tar).
 type inspectReport struct {
 	Object     string `json:"object"`
 	Generation int64  `json:"generation"`
 	Size       int64  `json:"size"`
-	Format     string `json:"format"` // npy or safetensors
+	Format     string `json:"format"` // npy, safetensors, megatron, tokens or webdataset
 	// DataOffset is where the data section starts in the file.
 	DataOffset int64 `json:"data_offset"`
 	// Version and Descr are the npy format version and dtype string.
@@ -65,12 +66,17 @@ func newInspectCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "inspect gs://BUCKET/OBJECT",
-		Short: "Show the dtype, shape, order and offsets of a .npy or .safetensors object",
+		Short: "Show the layout of a .npy, .safetensors, Megatron .idx, llm.c token or WebDataset .tar object",
 		Long: `inspect maps the object through the cache (the daemon's, when one answers on the
-socket), downloading it first if needed, and prints the layout of its arrays: for a
-.npy file the dtype, shape, memory order and data offset; for a .safetensors file
-each tensor's name, dtype, shape and offsets. The format is recognised by content,
-then by name. A malformed file fails with the reason.`,
+socket), downloading it first if needed, and prints its layout:
+  .npy           the dtype, shape, memory order and data offset
+  .safetensors   each tensor's name, dtype, shape and offsets, and the metadata
+  Megatron .idx  the token type, sequences, documents and tokens
+  llm.c shard    the token type, tokens, version and header size (headerless
+                 token files have nothing to show)
+  WebDataset tar the members, samples and fields
+The format is recognised by content (magic numbers, headers), then by name (.tar).
+A malformed file fails with the reason.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := object.ParseObject(args[0])

@@ -68,7 +68,8 @@ func (f *LoaderFlags) Register(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.DropLast, "drop-last", false, "drop each epoch's last batch if it is not full")
 	fs.IntVar(&f.ResumeBatch, "resume-batch", 0, "start at this batch of --epoch (a resumed run)")
 	fs.StringVar(&f.Format, "format", "", "shard format: "+strings.Join(formats.Names(), ", ")+
-		" (default: megatron for a {bin,idx} pattern, webdataset for *.tar, tokens with --token-dtype or --seq-len, else npy)")
+		" (default: megatron for a {bin,idx} pattern, webdataset for *.tar, safetensors for *.safetensors, "+
+		"tokens with --token-dtype or --seq-len, else npy)")
 	fs.IntVar(&f.SeqLen, "seq-len", 0, "token datasets: window length L (samples are L+1 tokens)")
 	fs.StringVar(&f.TokenDType, "token-dtype", "", "raw token files' type, e.g. uint16 (llm.c shards carry theirs)")
 	fs.StringVar(&f.TokenOut, "token-out-dtype", "", "token datasets: batches' type, int64 or int32 (default: the tokens' own)")

@@ -9,16 +9,18 @@ package formats
 import (
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/formats/megatron"
+	"github.com/cacheagent/cacheagent/loader/formats/safetensors"
 	"github.com/cacheagent/cacheagent/loader/formats/tokens"
 	"github.com/cacheagent/cacheagent/loader/formats/webdataset"
 )
 
 // All are the loader's formats, in guessing order.
 var All = []loader.Format{
-	megatron.Format,   // a {bin,idx} pattern
-	webdataset.Format, // a .tar pattern
-	tokens.Format,     // a token type or sequence length given
-	loader.NPY,        // anything else
+	megatron.Format,    // a {bin,idx} pattern
+	webdataset.Format,  // a .tar pattern
+	safetensors.Format, // a .safetensors pattern
+	tokens.Format,      // a token type or sequence length given
+	loader.NPY,         // anything else
 }
 
 // Names returns the formats' names, in order.

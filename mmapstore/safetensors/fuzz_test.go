@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -29,6 +30,7 @@ func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		b = aligned(b)
 		file, err := Parse(b)
+		checkHeader(t, b, file, err)
 		if err != nil {
 			if !errors.Is(err, ErrHeader) && !errors.Is(err, ErrTruncated) &&
 				!errors.Is(err, ErrOffsets) && !errors.Is(err, ErrUnsupportedDType) {
@@ -91,4 +93,31 @@ func exercise(a array.Array) {
 	a.BFloat16s()
 	a.Float32s()
 	a.Float64s()
+}
+
+// checkHeader checks that ParseHeader, given the file's size and only its
+// header's bytes, agrees with Parse's result (file, err) on b.
+func checkHeader(t *testing.T, b []byte, file *File, err error) {
+	t.Helper()
+	hs, herr := HeaderSize(b)
+	head := b
+	if herr == nil && hs <= int64(len(b)) {
+		head = b[:hs]
+	}
+	h, err2 := ParseHeader(head, int64(len(b)))
+	if (err == nil) != (err2 == nil) {
+		t.Fatalf("Parse error %v, ParseHeader error %v", err, err2)
+	}
+	if err != nil {
+		return
+	}
+	if !slices.Equal(h.Names, file.Names) || h.DataOffset != file.DataOffset {
+		t.Fatalf("ParseHeader: names %v at %d; Parse: %v at %d", h.Names, h.DataOffset, file.Names, file.DataOffset)
+	}
+	for name, a := range file.Tensors {
+		ha := h.Tensors[name]
+		if ha.DType != a.DType || !slices.Equal(ha.Shape, a.Shape) || ha.Offset != a.Offset || ha.Data != nil {
+			t.Fatalf("tensor %q: ParseHeader %+v; Parse %v %v at %d", name, ha, a.DType, a.Shape, a.Offset)
+		}
+	}
 }

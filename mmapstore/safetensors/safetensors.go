@@ -43,6 +43,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"unicode/utf8"
 
@@ -92,53 +93,98 @@ type File struct {
 // Parse parses the safetensors file b. b must be exactly the file: bytes
 // after the last tensor fail with ErrOffsets.
 func Parse(b []byte) (*File, error) {
+	f, entries, err := parse(b, int64(len(b)))
+	if err != nil {
+		return nil, err
+	}
+	data := b[f.DataOffset:]
+	for _, e := range entries {
+		f.Tensors[e.name] = e.array(data, f.DataOffset)
+	}
+	return f, nil
+}
+
+// HeaderSize returns how many bytes of a safetensors file starting with b
+// (at least its first 8) ParseHeader needs: 8 plus the header length.
+func HeaderSize(b []byte) (int64, error) {
 	if len(b) < 8 {
-		return nil, fmt.Errorf("%w: %d bytes, too short for the header length", ErrTruncated, len(b))
+		return 0, fmt.Errorf("%w: %d bytes, too short for the header length", ErrTruncated, len(b))
 	}
 	n := binary.LittleEndian.Uint64(b)
 	if n > maxHeaderLen {
-		return nil, fmt.Errorf("%w: header length %d exceeds %d", ErrHeader, n, maxHeaderLen)
+		return 0, fmt.Errorf("%w: header length %d exceeds %d", ErrHeader, n, maxHeaderLen)
 	}
-	if n > uint64(len(b)-8) {
-		return nil, fmt.Errorf("%w: header needs %d bytes, have %d", ErrTruncated, 8+n, len(b))
+	return 8 + int64(n), nil
+}
+
+// ParseHeader parses the header of a safetensors file of size bytes from
+// b, its first bytes (at least HeaderSize of them), and checks it as Parse
+// does: the tensors' arrays have their element type, shape and file
+// offset, and no Data.
+func ParseHeader(b []byte, size int64) (*File, error) {
+	f, entries, err := parse(b, size)
+	if err != nil {
+		return nil, err
 	}
-	hdr, data := b[8:8+n], b[8+n:]
+	for _, e := range entries {
+		f.Tensors[e.name] = e.array(nil, f.DataOffset)
+	}
+	return f, nil
+}
+
+// parse parses and checks the header of a file of size bytes starting
+// with b, and returns the File without its tensors' arrays, and their
+// entries in data-offset order.
+func parse(b []byte, size int64) (*File, []entry, error) {
+	hs, err := HeaderSize(b)
+	if err != nil {
+		return nil, nil, err
+	}
+	if hs > size {
+		return nil, nil, fmt.Errorf("%w: header needs %d bytes, have %d", ErrTruncated, hs, size)
+	}
+	if hs > int64(len(b)) {
+		return nil, nil, fmt.Errorf("%w: header needs %d bytes, given %d", ErrTruncated, hs, len(b))
+	}
+	hdr, dataLen := b[8:hs], size-hs
+	if dataLen > math.MaxInt {
+		return nil, nil, fmt.Errorf("%w: %d bytes of data", ErrOffsets, dataLen)
+	}
 	if len(hdr) == 0 || hdr[0] != '{' {
-		return nil, fmt.Errorf("%w: header does not start with '{'", ErrHeader)
+		return nil, nil, fmt.Errorf("%w: header does not start with '{'", ErrHeader)
 	}
 	if !utf8.Valid(hdr) {
-		return nil, fmt.Errorf("%w: header is not valid UTF-8", ErrHeader)
+		return nil, nil, fmt.Errorf("%w: header is not valid UTF-8", ErrHeader)
 	}
 	ms, err := decodeObject(hdr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrHeader, err)
+		return nil, nil, fmt.Errorf("%w: %w", ErrHeader, err)
 	}
-	f := &File{DataOffset: int64(8 + n)}
+	f := &File{DataOffset: hs}
 	entries := make([]entry, 0, len(ms))
 	// Sorted keys make the first error reported deterministic.
 	for _, key := range slices.Sorted(maps.Keys(ms)) {
 		if key == metadataKey {
 			if f.Metadata, err = parseMetadata(ms[key]); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
-		e, err := parseEntry(key, ms[key], len(data))
+		e, err := parseEntry(key, ms[key], int(dataLen))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		entries = append(entries, e)
 	}
-	if err := checkLayout(entries, len(data)); err != nil {
-		return nil, err
+	if err := checkLayout(entries, int(dataLen)); err != nil {
+		return nil, nil, err
 	}
 	f.Tensors = make(map[string]array.Array, len(entries))
 	f.Names = make([]string, len(entries))
 	for i, e := range entries {
 		f.Names[i] = e.name
-		f.Tensors[e.name] = e.array(data, f.DataOffset)
 	}
-	return f, nil
+	return f, entries, nil
 }
 
 // checkLayout sorts entries by offset and checks that they tile the data
@@ -166,18 +212,22 @@ func checkLayout(entries []entry, dataLen int) error {
 }
 
 // array returns e's array over the data section, which starts at offset
-// dataOffset in the file.
+// dataOffset in the file; with no data (a header parsed alone), an array
+// without Data.
 func (e entry) array(data []byte, dataOffset int64) array.Array {
 	order := array.Little
 	if e.dtype.Size() == 1 {
 		order = array.NotApplicable
 	}
-	return array.Array{
+	a := array.Array{
 		DType:     e.dtype,
 		Shape:     e.shape,
 		Order:     array.C,
 		ByteOrder: order,
-		Data:      data[e.begin:e.end:e.end],
 		Offset:    dataOffset + int64(e.begin),
 	}
+	if data != nil {
+		a.Data = data[e.begin:e.end:e.end]
+	}
+	return a
 }

@@ -88,12 +88,14 @@ class Loader:
         prefetch: ring slots (batches held here, ready, or being gathered;
             0: the daemon's default of 4).
         workers: the daemon's gathering goroutines (0: its default).
-        format: the shards' format: ``"npy"``, ``"tokens"`` (raw token
-            files such as nanoGPT's train.bin, or llm.c shards),
+        format: the shards' format: ``"npy"``, ``"safetensors"`` (a
+            file per shard, its tensors the arrays), ``"tokens"`` (raw
+            token files such as nanoGPT's train.bin, or llm.c shards),
             ``"megatron"`` (a ``{bin,idx}`` pattern) or ``"webdataset"``
             (tar shards); ``None`` guesses as ``cacheagent loader`` does
-            (megatron for ``{bin,idx}``, webdataset for ``*.tar``, tokens
-            with ``seq_len`` or ``token_dtype``, else npy).
+            (megatron for ``{bin,idx}``, webdataset for ``*.tar``,
+            safetensors for ``*.safetensors``, tokens with ``seq_len`` or
+            ``token_dtype``, else npy).
         seq_len: a token dataset's window length L: sample k is tokens
             [k·L, k·L+L+1) of the shards' concatenated stream, and a batch's
             ``"tokens"`` array has shape (batch, L+1).
