@@ -33,7 +33,8 @@ from .errors import (CacheagentError, ChecksumError, ClientClosed, DaemonNotRunn
 from .lease import Lease, ObjectAttrs
 from .batch import Field
 from .loader import Batch, Loader
-from .plan import Plan, PlanInfo, plan
+from .plan import Plan, PlanInfo
+from .client import plan  # after .plan: the function, not the module, is cacheagent.plan
 from .uri import URI, ObjectLike, ObjectRef, object_of, parse_object, parse_prefix, parse_uri
 
 __all__ = [

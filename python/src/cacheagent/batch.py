@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence
 
 from .errors import ClientClosed
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .loader import Loader
-
 __all__ = ["Batch", "Field"]
+
+
+class _Owner(Protocol):
+    """What a batch needs of the loader that lent it (cacheagent.Loader)."""
+
+    def _holds(self, b: "Batch", /) -> bool: ...
+
+    def _release_batch(self, b: "Batch", /) -> None: ...
 
 
 class Field:
@@ -71,7 +76,7 @@ class Batch:
     __slots__ = ("arrays", "fields", "epoch", "index", "seq", "slot", "_loader", "_owned", "__weakref__")
 
     def __init__(self, arrays: Dict[str, Any], epoch: int, index: int, seq: int, slot: int,
-                 loader: Optional["Loader"], fields: Sequence[str] = ()) -> None:
+                 loader: Optional[_Owner], fields: Sequence[str] = ()) -> None:
         self.arrays = arrays
         self.fields: List[str] = list(fields)
         self.epoch, self.index, self.seq, self.slot = epoch, index, seq, slot

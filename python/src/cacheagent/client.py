@@ -27,7 +27,7 @@ from .lease import Lease, _Session
 from .plan import Plan, PlanInfo
 from .uri import ObjectLike, object_of, parse_prefix
 
-__all__ = ["Client", "DaemonInfo", "DEFAULT_SOCKET"]
+__all__ = ["Client", "DaemonInfo", "DEFAULT_SOCKET", "plan"]
 
 log = logging.getLogger("cacheagent")
 
@@ -417,3 +417,33 @@ class Client:
     def __repr__(self) -> str:
         return f"<cacheagent.Client {self.socket} daemon {self.info.version if hasattr(self, 'info') else '?'}>"
 
+
+
+def plan(paths_in_order: Sequence[ObjectLike], socket: Optional[str] = None, *, mount_root: Optional[str] = None,
+         id: Optional[str] = None, timeout: float = 30.0) -> Plan:
+    """Announce the order in which this program will read objects, for
+    code that will not change how it reads them.
+
+    ``paths_in_order`` are ``gs://`` URIs, or paths under the FUSE mount
+    when ``mount_root`` is given (``/mnt/gcs/<bucket>/<name>`` with
+    ``mount_root="/mnt/gcs"``). Returns a :class:`Plan` with its own client:
+    call ``advance(position)`` as reading goes on, and ``close()`` (or use
+    ``with``) when done::
+
+        with cacheagent.plan(files, mount_root="/mnt/gcs") as p:
+            for i, f in enumerate(files):
+                p.advance(i)
+                data = open(f, "rb", buffering=0).read()
+
+    (Unbuffered: with ``open()``'s default buffering CPython asks
+    ``isatty()`` of every file, an ioctl the kernel forwards to the agent
+    when the file is in the mount, one more round trip per file.)
+    """
+    c = Client(socket or DEFAULT_SOCKET, timeout=timeout, mount_root=mount_root)
+    try:
+        p = c.plan(paths_in_order, id=id)
+    except BaseException:
+        c.close()
+        raise
+    p._owns_client = True
+    return p

@@ -9,15 +9,24 @@ moves the daemon's look-ahead window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+from typing import Any, Dict, Protocol
 
 from .errors import ClientClosed, ResourceNotFound
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .client import Client
-    from .uri import ObjectLike
+__all__ = ["Plan", "PlanInfo"]
 
-__all__ = ["Plan", "PlanInfo", "plan"]
+
+class _PlanClient(Protocol):
+    """What a Plan needs of the client that announced it
+    (cacheagent.Client)."""
+
+    def advance(self, plan_id: str, position: int) -> None: ...
+
+    def get_plan(self, plan_id: str) -> "PlanInfo": ...
+
+    def drop_plan(self, plan_id: str) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class Plan:
         position: the last position reported through this handle.
     """
 
-    def __init__(self, client: "Client", info: PlanInfo, *, owns_client: bool = False) -> None:
+    def __init__(self, client: _PlanClient, info: PlanInfo, *, owns_client: bool = False) -> None:
         self.client = client
         self.id = info.id
         self.objects = info.objects
@@ -94,34 +103,3 @@ class Plan:
     def __repr__(self) -> str:
         return f"<cacheagent.Plan {self.id} position {self.position}/{self.objects}>"
 
-
-def plan(paths_in_order: Sequence["ObjectLike"], socket: Optional[str] = None, *, mount_root: Optional[str] = None,
-         id: Optional[str] = None, timeout: float = 30.0) -> Plan:
-    """Announce the order in which this program will read objects, for
-    code that will not change how it reads them.
-
-    ``paths_in_order`` are ``gs://`` URIs, or paths under the FUSE mount
-    when ``mount_root`` is given (``/mnt/gcs/<bucket>/<name>`` with
-    ``mount_root="/mnt/gcs"``). Returns a :class:`Plan` with its own client:
-    call ``advance(position)`` as reading goes on, and ``close()`` (or use
-    ``with``) when done::
-
-        with cacheagent.plan(files, mount_root="/mnt/gcs") as p:
-            for i, f in enumerate(files):
-                p.advance(i)
-                data = open(f, "rb", buffering=0).read()
-
-    (Unbuffered: with ``open()``'s default buffering CPython asks
-    ``isatty()`` of every file, an ioctl the kernel forwards to the agent
-    when the file is in the mount, one more round trip per file.)
-    """
-    from .client import DEFAULT_SOCKET, Client
-
-    c = Client(socket or DEFAULT_SOCKET, timeout=timeout, mount_root=mount_root)
-    try:
-        p = c.plan(paths_in_order, id=id)
-    except BaseException:
-        c.close()
-        raise
-    p._owns_client = True
-    return p
