@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cacheagent/cacheagent/object"
+	"golang.org/x/sync/errgroup"
 )
 
 // DefaultArrayName names the one array of a pattern without braces.
@@ -96,6 +97,37 @@ func ListShards(ctx context.Context, src object.Source, loc Location) (Dataset, 
 		d.Groups[i] = Group{Objects: objs}
 	}
 	return d, listed, nil
+}
+
+// ListFiles is ListShards for formats whose shard is one object (the
+// pattern names no arrays): the dataset, and each shard's listed
+// attributes, in shard order. kind says what a shard is, for the error
+// when the pattern names several objects ("a WebDataset shard is one tar").
+func ListFiles(ctx context.Context, src object.Source, loc Location, kind string) (Dataset, []object.Attrs, error) {
+	d, listed, err := ListShards(ctx, src, loc)
+	if err != nil {
+		return Dataset{}, nil, err
+	}
+	if len(d.Names) != 1 {
+		return Dataset{}, nil, fmt.Errorf("%w: %s; the pattern names %v", ErrDataset, kind, d.Names)
+	}
+	attrs := make([]object.Attrs, len(d.Groups))
+	for i, g := range d.Groups {
+		attrs[i] = listed[g.Objects[0]]
+	}
+	return d, attrs, nil
+}
+
+// EachShard runs f for shards 0 to n-1, HeaderParallelism at a time, and
+// returns the first error (which cancels the ctx the others run with):
+// how formats read their shards' headers.
+func EachShard(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(HeaderParallelism)
+	for i := range n {
+		g.Go(func() error { return f(gctx, i) })
+	}
+	return g.Wait()
 }
 
 // compilePattern turns a pattern into a regexp whose group "shard" is the

@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"strings"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
@@ -42,23 +40,16 @@ func (format) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern, ".
 // row shapes, and its tensors equal leading dimensions. A shard's arrays
 // are all its one object.
 func (format) Build(ctx context.Context, env loader.Env, loc loader.Location, _ spec.Spec) (loader.Dataset, error) {
-	d, listed, err := loader.ListShards(ctx, env.Source, loc)
+	d, attrs, err := loader.ListFiles(ctx, env.Source, loc, "a safetensors shard is one file")
 	if err != nil {
 		return loader.Dataset{}, err
 	}
-	if len(d.Names) != 1 {
-		return loader.Dataset{}, fmt.Errorf("%w: a safetensors shard is one file; the pattern names %v", loader.ErrDataset, d.Names)
-	}
 	headers := make([]*st.File, len(d.Groups))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(loader.HeaderParallelism)
-	for i := range d.Groups {
-		g.Go(func() (err error) {
-			headers[i], err = header(gctx, env.Source, listed[d.Groups[i].Objects[0]])
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = loader.EachShard(ctx, len(d.Groups), func(ctx context.Context, i int) (err error) {
+		headers[i], err = header(ctx, env.Source, attrs[i])
+		return err
+	})
+	if err != nil {
 		return loader.Dataset{}, err
 	}
 	first := headers[0]

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/spec"
 	"github.com/cacheagent/cacheagent/mmapstore/array"
@@ -97,20 +95,16 @@ func Build(ctx context.Context, env loader.Env, loc loader.Location, sp spec.Spe
 		return loader.Dataset{}, err
 	}
 	types := make([]array.DType, len(d.Groups))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(loader.HeaderParallelism)
-	for i := range d.Groups {
-		g.Go(func() (err error) {
-			sh := &d.Groups[i]
-			attrs := make([]object.Attrs, len(sh.Objects))
-			for j, o := range sh.Objects {
-				attrs[j] = listed[o]
-			}
-			types[i], sh.Tokens, err = header(gctx, env.Source, d.Names, attrs)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = loader.EachShard(ctx, len(d.Groups), func(ctx context.Context, i int) (err error) {
+		sh := &d.Groups[i]
+		attrs := make([]object.Attrs, len(sh.Objects))
+		for j, o := range sh.Objects {
+			attrs[j] = listed[o]
+		}
+		types[i], sh.Tokens, err = header(ctx, env.Source, d.Names, attrs)
+		return err
+	})
+	if err != nil {
 		return loader.Dataset{}, err
 	}
 	for i, dt := range types {

@@ -12,8 +12,6 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/cacheagent/cacheagent/loader"
 	"github.com/cacheagent/cacheagent/loader/spec"
 	wds "github.com/cacheagent/cacheagent/mmapstore/webdataset"
@@ -37,28 +35,20 @@ func (wdsFormat) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern,
 // rebuilt if it does not decode) or from scanning the tar acquired through
 // env.Records, and is then saved to env.Index.
 func (wdsFormat) Build(ctx context.Context, env loader.Env, loc loader.Location, _ spec.Spec) (loader.Dataset, error) {
-	d, listed, err := loader.ListShards(ctx, env.Source, loc)
+	d, attrs, err := loader.ListFiles(ctx, env.Source, loc, "a WebDataset shard is one tar")
 	if err != nil {
 		return loader.Dataset{}, err
 	}
 	d.Format = Format
-	if len(d.Names) != 1 {
-		return loader.Dataset{}, fmt.Errorf("%w: a WebDataset shard is one tar; the pattern names %v", loader.ErrDataset, d.Names)
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(loader.HeaderParallelism)
-	for i := range d.Groups {
-		g.Go(func() error {
-			a := listed[d.Groups[i].Objects[0]]
-			x, err := tarIndex(gctx, a, env)
-			if err != nil {
-				return err
-			}
-			d.Groups[i].Index, d.Groups[i].Rows = x, x.NumSamples()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = loader.EachShard(ctx, len(d.Groups), func(ctx context.Context, i int) error {
+		x, err := tarIndex(ctx, attrs[i], env)
+		if err != nil {
+			return err
+		}
+		d.Groups[i].Index, d.Groups[i].Rows = x, x.NumSamples()
+		return nil
+	})
+	if err != nil {
 		return loader.Dataset{}, err
 	}
 	for _, sh := range d.Groups {
