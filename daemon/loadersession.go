@@ -122,7 +122,7 @@ func (d *Daemon) newLoaderSession(ctx context.Context, sp spec.Spec, cfg loader.
 	}
 	s.info = control.LoaderSession{Protocol: ring.Protocol, Session: s.id, Token: s.token,
 		RingBytes: int64(len(s.ring.Bytes())), SlotBytes: int64(s.layout.SlotBytes), Slots: cfg.Prefetch,
-		BatchSize: cfg.BatchSize, Format: loader.FormatName(cfg.Dataset), Arrays: arrays,
+		BatchSize: cfg.BatchSize, Format: cfg.Dataset.FormatName(), Arrays: arrays,
 		Fields: fields, BatchesPerEpoch: s.l.BatchesPerEpoch(),
 		Start: spec.State{Epoch: st.Epoch, Batch: st.Batch, Fingerprint: st.Fingerprint}}
 	return s, nil

@@ -154,6 +154,9 @@ func (d Dataset) format() Format {
 	return d.Format
 }
 
+// FormatName returns the name of d's format ("npy" for a nil Format).
+func (d Dataset) FormatName() string { return d.format().Name() }
+
 // isNPY reports whether d's format is NPY.
 func (d Dataset) isNPY() bool { return d.format().Name() == NPY.Name() }
 

@@ -197,9 +197,9 @@ func Populate(ls Lease, data []byte) {
 	memhint.Pages(data)
 }
 
-// Release releases leases and returns err: a Reader's Open failing after
-// it acquired some.
-func Release(leases []Lease, err error) error {
+// ReleaseAll releases leases and returns err: a Reader's Open failing
+// after it acquired some.
+func ReleaseAll(leases []Lease, err error) error {
 	for _, ls := range leases {
 		ls.Release()
 	}
@@ -229,7 +229,3 @@ func lookup(sp spec.Spec, formats []Format) (Format, error) {
 	}
 	return nil, fmt.Errorf("%w: format %q (want %s)", ErrConfig, sp.Format, strings.Join(names, ", "))
 }
-
-// FormatOf returns the format sp names or guesses among formats (nil: NPY
-// alone), as Resolve picks it.
-func FormatOf(sp spec.Spec, formats []Format) (Format, error) { return lookup(sp, formats) }

@@ -62,11 +62,11 @@ func openNPY(ctx context.Context, src Source, d Dataset, gi int) ([]Lease, []arr
 	for j, o := range sh.Objects {
 		ls, err := src.Acquire(ctx, o)
 		if err != nil {
-			return nil, nil, Release(leases, fmt.Errorf("loader: acquire shard %d array %s: %w", gi, d.Names[j], err))
+			return nil, nil, ReleaseAll(leases, fmt.Errorf("loader: acquire shard %d array %s: %w", gi, d.Names[j], err))
 		}
 		leases = append(leases, ls)
 		if arrays[j], err = ls.Array(); err != nil {
-			return nil, nil, Release(leases, fmt.Errorf("loader: shard %d array %s: %w", gi, d.Names[j], err))
+			return nil, nil, ReleaseAll(leases, fmt.Errorf("loader: shard %d array %s: %w", gi, d.Names[j], err))
 		}
 		Populate(ls, arrays[j].Data)
 	}
@@ -154,11 +154,11 @@ func (r *rowReader) Open(ctx context.Context, src Source, gi int) (Shard, error)
 		return nil, err
 	}
 	if len(arrays) != len(r.ds.Names) {
-		return nil, Release(leases, fmt.Errorf("%w: shard %d opened %d arrays for %d names", ErrDataset, gi, len(arrays), len(r.ds.Names)))
+		return nil, ReleaseAll(leases, fmt.Errorf("%w: shard %d opened %d arrays for %d names", ErrDataset, gi, len(arrays), len(r.ds.Names)))
 	}
 	for j, a := range arrays {
 		if err := r.check(gi, j, r.ds.Groups[gi].Objects[j], a); err != nil {
-			return nil, Release(leases, err)
+			return nil, ReleaseAll(leases, err)
 		}
 	}
 	return &rowShard{leases: leases, arrays: arrays}, nil

@@ -92,7 +92,7 @@ func ResolveSettings(sp spec.Spec) (Config, error) {
 // ResolveDataset builds the dataset sp names: from a manifest (NPY; its
 // headers read for what it leaves out), or from the objects under sp.Data
 // matching sp.Pattern with the format sp names or the first of env.Formats
-// that guesses it (FormatOf).
+// that guesses it.
 func ResolveDataset(ctx context.Context, sp spec.Spec, env Env) (Dataset, error) {
 	f, err := lookup(sp, env.Formats)
 	if err != nil {
@@ -134,6 +134,3 @@ func LayoutOf(cfg Config) (Layout, error) {
 	}
 	return r.Layout(), nil
 }
-
-// FormatName returns the name of d's format ("npy" for a nil Format).
-func FormatName(d Dataset) string { return d.format().Name() }

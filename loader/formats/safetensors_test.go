@@ -53,8 +53,8 @@ func TestSafetensors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if loader.FormatName(ds) != "safetensors" || strings.Join(ds.Names, ",") != "x,y" {
-		t.Fatalf("format %s, arrays %v; want safetensors x,y", loader.FormatName(ds), ds.Names)
+	if ds.FormatName() != "safetensors" || strings.Join(ds.Names, ",") != "x,y" {
+		t.Fatalf("format %s, arrays %v; want safetensors x,y", ds.FormatName(), ds.Names)
 	}
 	if _, n := ds.Rows(); n != int64(first) {
 		t.Fatalf("%d samples; want %d", n, first)

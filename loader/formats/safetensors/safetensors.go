@@ -156,17 +156,17 @@ func open(ctx context.Context, src loader.Source, d loader.Dataset, gi int) ([]l
 	leases := []loader.Lease{ls}
 	b, err := loader.LeaseBytes(ls, o)
 	if err != nil {
-		return nil, nil, loader.Release(leases, err)
+		return nil, nil, loader.ReleaseAll(leases, err)
 	}
 	f, err := st.Parse(b)
 	if err != nil {
-		return nil, nil, loader.Release(leases, fmt.Errorf("%w: shard %d (%s): %w", loader.ErrDataset, gi, o, err))
+		return nil, nil, loader.ReleaseAll(leases, fmt.Errorf("%w: shard %d (%s): %w", loader.ErrDataset, gi, o, err))
 	}
 	arrays := make([]array.Array, len(d.Names))
 	for j, name := range d.Names {
 		a, ok := f.Tensors[name]
 		if !ok {
-			return nil, nil, loader.Release(leases, fmt.Errorf("%w: shard %d (%s) has no tensor %q", loader.ErrDataset, gi, o, name))
+			return nil, nil, loader.ReleaseAll(leases, fmt.Errorf("%w: shard %d (%s) has no tensor %q", loader.ErrDataset, gi, o, name))
 		}
 		arrays[j] = a
 	}

@@ -134,16 +134,16 @@ func (r *windowReader) Open(ctx context.Context, src loader.Source, gi int) (loa
 		for j, o := range objs {
 			ls, err := src.Acquire(ctx, o)
 			if err != nil {
-				return nil, loader.Release(s.leases, fmt.Errorf("loader: acquire shard %d (%s): %w", g, o, err))
+				return nil, loader.ReleaseAll(s.leases, fmt.Errorf("loader: acquire shard %d (%s): %w", g, o, err))
 			}
 			s.leases = append(s.leases, ls)
 			if bytes[j], err = loader.LeaseBytes(ls, o); err != nil {
-				return nil, loader.Release(s.leases, err)
+				return nil, loader.ReleaseAll(s.leases, err)
 			}
 		}
 		segs, err := r.segments(r.ds, g, bytes, r.tokStart[g])
 		if err != nil {
-			return nil, loader.Release(s.leases, err)
+			return nil, loader.ReleaseAll(s.leases, err)
 		}
 		for k, ls := range s.leases[len(s.leases)-len(objs):] {
 			loader.Populate(ls, bytes[k])

@@ -212,16 +212,16 @@ func (r *reader) Open(ctx context.Context, src loader.Source, gi int) (loader.Sh
 	leases := []loader.Lease{ls}
 	b, err := loader.LeaseBytes(ls, o)
 	if err != nil {
-		return nil, loader.Release(leases, err)
+		return nil, loader.ReleaseAll(leases, err)
 	}
 	x, _ := sh.Index.(*wds.Shard)
 	if x == nil {
 		if x, err = wds.Index(b); err != nil {
-			return nil, loader.Release(leases, fmt.Errorf("%w: shard %d (%s): %w", loader.ErrDataset, gi, o, err))
+			return nil, loader.ReleaseAll(leases, fmt.Errorf("%w: shard %d (%s): %w", loader.ErrDataset, gi, o, err))
 		}
 	}
 	if x.ObjectSize() != int64(len(b)) || x.NumSamples() != sh.Rows {
-		return nil, loader.Release(leases, fmt.Errorf("%w: shard %d (%s) is %d bytes; its index describes %d bytes with %d samples, the dataset %d samples",
+		return nil, loader.ReleaseAll(leases, fmt.Errorf("%w: shard %d (%s) is %d bytes; its index describes %d bytes with %d samples, the dataset %d samples",
 			loader.ErrDataset, gi, o, len(b), x.ObjectSize(), x.NumSamples(), sh.Rows))
 	}
 	loader.Populate(ls, b)
