@@ -27,12 +27,6 @@ var Format loader.Format = format{}
 // format is Format.
 type format struct{}
 
-// Name implements loader.Format.
-func (format) Name() string { return "safetensors" }
-
-// Guess implements loader.Format: a pattern ending in .safetensors.
-func (format) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern, ".safetensors") }
-
 // Build implements loader.Format: it reads each file's header (ranged
 // reads of its length, then of the header, not through the cache) and
 // takes the first shard's tensors, in data order, as the dataset's arrays:
@@ -173,3 +167,9 @@ func open(ctx context.Context, src loader.Source, d loader.Dataset, gi int) ([]l
 	loader.Populate(ls, b)
 	return leases, arrays, nil
 }
+
+// Name implements loader.Format.
+func (format) Name() string { return "safetensors" }
+
+// Guess implements loader.Format: a pattern ending in .safetensors.
+func (format) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern, ".safetensors") }

@@ -24,12 +24,6 @@ var Format loader.Format = wdsFormat{}
 // wdsFormat is Format.
 type wdsFormat struct{}
 
-// Name implements loader.Format.
-func (wdsFormat) Name() string { return "webdataset" }
-
-// Guess implements loader.Format: a pattern ending in .tar.
-func (wdsFormat) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern, ".tar") }
-
 // Build implements loader.Format: each tar's member index comes from
 // env.Index (validated with wds.UnmarshalShard against the listed size;
 // rebuilt if it does not decode) or from scanning the tar acquired through
@@ -264,3 +258,9 @@ func (r *reader) Gather(g *loader.Gather) error {
 	b.ZeroCopy, g.Keep = r.views, r.views
 	return nil
 }
+
+// Name implements loader.Format.
+func (wdsFormat) Name() string { return "webdataset" }
+
+// Guess implements loader.Format: a pattern ending in .tar.
+func (wdsFormat) Guess(sp spec.Spec) bool { return strings.HasSuffix(sp.Pattern, ".tar") }
