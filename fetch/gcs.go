@@ -40,6 +40,10 @@ type GCSConfig struct {
 	// to the storage host; keep it at least the Downloader's Connections so
 	// that range reads reuse warm connections. Default 256.
 	MaxIdleConns int
+	// ReadWrite asks Application Default Credentials for the read-write
+	// scope, which writes (Create, Compose, Delete) need; reads need only
+	// the read-only scope, the default.
+	ReadWrite bool
 }
 
 // Retry settings the storage client applies itself. Range reads are not
@@ -93,7 +97,7 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 	hc := cfg.HTTPClient
 	if hc == nil {
 		g.transport = newTransport(maxIdle)
-		rt, err := authTransport(ctx, g.transport, cfg.Endpoint == "", ua)
+		rt, err := authTransport(ctx, g.transport, cfg.Endpoint == "", ua, cfg.ReadWrite)
 		if err != nil {
 			return nil, err
 		}
@@ -114,13 +118,17 @@ func NewGCS(ctx context.Context, cfg GCSConfig) (*GCS, error) {
 }
 
 // authTransport wraps base with the user agent and, for Google's own
-// endpoint (useADC and no emulator), Application Default Credentials.
-func authTransport(ctx context.Context, base http.RoundTripper, useADC bool, ua string) (http.RoundTripper, error) {
+// endpoint (useADC and no emulator), Application Default Credentials of the
+// read-only scope, or the read-write one.
+func authTransport(ctx context.Context, base http.RoundTripper, useADC bool, ua string, write bool) (http.RoundTripper, error) {
 	if !useADC || os.Getenv("STORAGE_EMULATOR_HOST") != "" {
 		return &uaTransport{base: base, ua: ua}, nil
 	}
-	rt, err := htransport.NewTransport(ctx, base,
-		option.WithScopes(storage.ScopeReadOnly), option.WithUserAgent(ua))
+	scope := storage.ScopeReadOnly
+	if write {
+		scope = storage.ScopeReadWrite
+	}
+	rt, err := htransport.NewTransport(ctx, base, option.WithScopes(scope), option.WithUserAgent(ua))
 	if err != nil {
 		return nil, fmt.Errorf("fetch: application default credentials: %w", err)
 	}

@@ -15,4 +15,7 @@ var (
 	ErrShortRead = errors.New("short read")
 	// ErrInvalidName means an object or bucket name cannot be used.
 	ErrInvalidName = errors.New("invalid object name")
+	// ErrExists means a write that must not replace anything found the
+	// object there (a failed ifGenerationMatch=0 precondition).
+	ErrExists = errors.New("object already exists")
 )

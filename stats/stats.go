@@ -28,6 +28,10 @@ type Tier struct {
 	// ReservedBytes is the space set aside by fills (in shm: promotions)
 	// in progress.
 	ReservedBytes int64 `json:"reserved_bytes"`
+	// DirtyBytes is the space held for files not in the bucket yet (a
+	// checkpoint's before its upload): counted in the budget, never
+	// evicted. Base tier only.
+	DirtyBytes int64 `json:"dirty_bytes"`
 	// InUseBytes is the space of unpinned copies with open handles (leases,
 	// reads), including PendingBytes.
 	InUseBytes int64 `json:"in_use_bytes"`

@@ -280,7 +280,7 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 	c.stats.fills++
 	c.stats.bytesFetched += a.Size
 	// The file may occupy more blocks than reserved (metadata blocks).
-	over, _ := c.base.lruVictimsLocked(c.base.used+c.base.reserved-c.base.maxBytes, e)
+	over, _ := c.base.lruVictimsLocked(c.base.committedLocked()-c.base.maxBytes, e)
 	dead = c.evictLocked(over, dead)
 	c.base.signalLocked()
 	if e.rec.hotPin { // the pin carried over from the old generation

@@ -117,6 +117,9 @@ func (c *Cache) checkStoreLocked(st *store, copies func(yield func(*entry) bool)
 	if pinned != st.pinnedBytes {
 		errs = append(errs, fmt.Errorf("%s pinnedBytes = %d; copies add up to %d", st.name, st.pinnedBytes, pinned))
 	}
+	if st.held < 0 {
+		errs = append(errs, fmt.Errorf("%s held = %d", st.name, st.held))
+	}
 	if st.reserved < 0 {
 		errs = append(errs, fmt.Errorf("%s reserved = %d", st.name, st.reserved))
 	}

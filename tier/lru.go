@@ -378,3 +378,7 @@ func (c *Cache) evictLocked(victims []*entry, dead []*entry) []*entry {
 func (st *store) fixedBytesLocked() (pinned, inUse int64) {
 	return st.pinnedBytes, st.inUse + st.pending
 }
+
+// committedLocked returns the space the budget has given out: copies,
+// reservations and holds.
+func (st *store) committedLocked() int64 { return st.used + st.reserved + st.held }

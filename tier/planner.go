@@ -178,7 +178,7 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 	}
 	item := p.avgSize()
 	ahead := p.lookaheadLocked(item, c.base.maxBytes/planBudgetShare)
-	free := c.base.maxBytes - c.base.used - c.base.reserved
+	free := c.base.maxBytes - c.base.committedLocked()
 	var (
 		cands []plan.Candidate[string] // evictable copies with their Next; set on first need
 		taken int64                    // bytes of them counted as evicted already

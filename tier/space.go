@@ -99,7 +99,7 @@ func (c *Cache) planReserveLocked(n int64, a object.Attrs, keep bool) ([]*entry,
 		return nil, nil, fmt.Errorf("%w: %s needs %s, more than the whole budget of %s",
 			ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(b.maxBytes)))
 	}
-	short := b.used + b.reserved + n - b.maxBytes
+	short := b.committedLocked() + n - b.maxBytes
 	if short <= 0 {
 		return nil, nil, nil
 	}
@@ -118,12 +118,13 @@ func (c *Cache) planReserveLocked(n int64, a object.Attrs, keep bool) ([]*entry,
 	// Fills in progress end by committing (adding an evictable entry) or by
 	// failing (releasing their reservation): wait for one if that can help.
 	pinned, inUse := b.fixedBytesLocked()
-	if b.reserved > 0 && pinned+inUse+n <= b.maxBytes {
+	if b.reserved > 0 && pinned+inUse+b.held+n <= b.maxBytes {
 		return nil, b.spaceFreed, nil
 	}
-	return nil, nil, fmt.Errorf("%w: %s needs %s; the budget of %s holds %s pinned, %s in use and %s reserved by other fills",
+	return nil, nil, fmt.Errorf("%w: %s needs %s; the budget of %s holds %s pinned, %s in use, %s dirty (checkpoints not uploaded yet) and %s reserved by other fills",
 		ErrNoSpace, o, humanize.IBytes(uint64(n)), humanize.IBytes(uint64(b.maxBytes)),
-		humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(b.reserved)))
+		humanize.IBytes(uint64(pinned)), humanize.IBytes(uint64(inUse)), humanize.IBytes(uint64(b.held)),
+		humanize.IBytes(uint64(b.reserved)))
 }
 
 // unreserve releases a reservation that did not become an entry.

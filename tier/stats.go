@@ -25,7 +25,7 @@ func (c *Cache) statsLocked() stats.Cache {
 	b, n := c.base, c.stats
 	base := stats.Tier{Name: string(b.name), Dir: c.cfg.dir, Entries: int64(len(c.entries)),
 		UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved, PinnedBytes: b.pinnedBytes,
-		PendingBytes: b.pending, Hits: n.hits - n.shmHits, Misses: n.misses, Revalidations: n.revalidations,
+		DirtyBytes: b.held, PendingBytes: b.pending, Hits: n.hits - n.shmHits, Misses: n.misses, Revalidations: n.revalidations,
 		Fills: n.fills, BytesFetched: n.bytesFetched, Evictions: n.evictions, Damaged: n.damaged}
 	n.verify.fill(&base)
 	_, base.InUseBytes = b.fixedBytesLocked()
@@ -150,9 +150,9 @@ func (c *Cache) trim() int64 {
 	}
 	c.mu.Lock()
 	b := c.base
-	victims, _ := b.lruVictimsLocked(b.used+b.reserved-b.maxBytes, nil)
+	victims, _ := b.lruVictimsLocked(b.committedLocked()-b.maxBytes, nil)
 	dead := c.evictLocked(victims, nil)
-	over := b.used + b.reserved - b.maxBytes
+	over := b.committedLocked() - b.maxBytes
 	c.mu.Unlock()
 	c.deleteRecords(victims)
 	c.idxMu.Unlock()

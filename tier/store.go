@@ -36,6 +36,7 @@ type store struct {
 	maxBytes    int64
 	used        int64 // blocks of live copies, zombies and detached zombies
 	reserved    int64 // space set aside by fills or promotions in progress
+	held        int64 // space held for bytes not cached yet (Hold: checkpoints before upload)
 	pinnedBytes int64 // blocks of pinned live copies
 	// inUse is the blocks of live unpinned copies in use (see
 	// entry.syncInUseLocked), pending those of zombies and detached

@@ -88,6 +88,8 @@ type Server struct {
 
 	lastGen atomic.Int64 // last generation handed out by nextGeneration
 
+	composeMu sync.Mutex // serialises composes, so their precondition check holds
+
 	serving   sync.WaitGroup // the Serve goroutine
 	closeOnce sync.Once
 

@@ -1,7 +1,10 @@
 package emulator
 
 import (
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/cacheagent/cacheagent/bench/linkshape"
 )
@@ -27,5 +30,41 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.handlers.Done()
+	if bucket, dst, ok := composeTarget(r); ok {
+		// fake-gcs-server ignores a compose's preconditions; GCS does not.
+		s.composeMu.Lock()
+		defer s.composeMu.Unlock()
+		if r.URL.Query().Get("ifGenerationMatch") == "0" {
+			if _, err := s.fake.GetObject(bucket, dst); err == nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusPreconditionFailed)
+				io.WriteString(w, `{"error":{"code":412,"message":"At least one of the pre-conditions you specified did not hold."}}`)
+				return
+			}
+		}
+	}
 	s.link.ServeHTTP(w, r)
+}
+
+// composeTarget returns the bucket and destination of a JSON API compose
+// request (POST /storage/v1/b/BUCKET/o/DEST/compose).
+func composeTarget(r *http.Request) (bucket, dst string, ok bool) {
+	if r.Method != http.MethodPost {
+		return "", "", false
+	}
+	rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/storage/v1/b/")
+	if !ok {
+		return "", "", false
+	}
+	rest, ok = strings.CutSuffix(rest, "/compose")
+	if !ok {
+		return "", "", false
+	}
+	b, d, ok := strings.Cut(rest, "/o/")
+	if !ok {
+		return "", "", false
+	}
+	bucket, err1 := url.PathUnescape(b)
+	dst, err2 := url.PathUnescape(d)
+	return bucket, dst, err1 == nil && err2 == nil && bucket != "" && dst != ""
 }
