@@ -41,7 +41,9 @@ func (g *GCS) Create(ctx context.Context, o object.Object, r io.Reader, size int
 	if err := checkGCSObject(o.Bucket, o.Name); err != nil {
 		return object.Attrs{}, fmt.Errorf("create %s: %w", o, err)
 	}
-	w := g.client.Bucket(o.Bucket).Object(o.Name).If(storage.Conditions{DoesNotExist: true}).NewWriter(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := g.client.Bucket(o.Bucket).Object(o.Name).If(storage.Conditions{DoesNotExist: true}).NewWriter(wctx)
 	w.ChunkSize = opt.ChunkSize
 	w.CRC32C, w.SendCRC32C = opt.CRC32C, true
 	w.Metadata = opt.Metadata
@@ -51,7 +53,8 @@ func (g *GCS) Create(ctx context.Context, o object.Object, r io.Reader, size int
 		err = fmt.Errorf("%d of %d bytes: %w", n, size, object.ErrShortRead)
 	}
 	if err != nil {
-		w.CloseWithError(err)
+		cancel() // abandons the upload: nothing is written
+		w.Close()
 		return object.Attrs{}, fmt.Errorf("create %s: %w", o, mapWriteErr(err))
 	}
 	if err := w.Close(); err != nil {

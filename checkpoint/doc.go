@@ -1,0 +1,64 @@
+// Package checkpoint is the write half of a training VM's storage: a
+// checkpoint saved through the agent costs a local write, is uploaded to
+// GCS behind training and committed atomically, and is restored through
+// the cache.
+//
+// # Saving
+//
+// A checkpoint is a directory of files written by any framework with plain
+// file I/O (torch.save, DCP's FileSystemWriter, safetensors, temp-then-
+// rename writers): a real local directory, so fsync and rename just work.
+// Store.Save hands it to the agent: it checks the prefix (a committed
+// checkpoint there is ErrCommitted) and claims it in the bucket (an empty
+// object PREFIX/.cacheagent/claim written with ifGenerationMatch=0: a
+// second save of the prefix, here or on another agent, is ErrBusy; an
+// unknown bucket or a missing permission fails now, not minutes later),
+// holds the files' size in the cache's budget (tier.Cache.Hold: these
+// dirty bytes are never evicted; a save that does not fit fails before
+// anything moves), then moves each regular file into the store, renamed
+// (nothing copied) when the directory is on the cache's filesystem,
+// computes its CRC32C once and fsyncs it. Symlinks and special files are
+// refused (ErrUnsafeFile) and a file that changes meanwhile is ErrChanged;
+// on any error the directory is as it was. The save is then durable on
+// this agent (state "local") and Save returns.
+//
+// # Uploading and committing
+//
+// Each save's files are uploaded on the store's own connections
+// (Config.Connections), so readers never wait for an upload's. A file up
+// to Config.PartSize is one object (one request, or a resumable upload in
+// 16 MiB chunks); a larger one is uploaded as up to 32 parts in parallel
+// under PREFIX/.cacheagent/parts/, composed, and the parts deleted (a
+// parallel composite upload: one file's upload uses many connections,
+// which a resumable upload cannot). Every object is written with
+// ifGenerationMatch=0 and its CRC32C (the one computed at the save), so
+// nothing existing is replaced and every copy is checked. Transient errors
+// (5xx, 429, resets) are retried with backoff for as long as the store
+// runs. The manifest, PREFIX/cacheagent-checkpoint.json (the files, their
+// sizes, CRC32Cs and generations, the node, the time), is written last,
+// also with ifGenerationMatch=0: a prefix is a committed checkpoint exactly
+// when it has one, and List, Latest and Restore trust a manifest only if
+// the objects match it. Every object carries the save's id in its
+// metadata, so a save resumed after a crash takes the objects it wrote
+// before as its own and commits exactly once. Once committed, the files
+// become the cache's copies of their generations (renamed into the disk
+// tier: a restore on this agent reads nothing from GCS), the newest
+// Config.KeepLocal checkpoints of each run stay pinned, and the claim and
+// any parts are deleted.
+//
+// # State on disk
+//
+// Config.Dir/saves/<id>/ holds a save: journal.json (the manifest to be,
+// the generations written so far, committed, failed; rewritten atomically
+// at each step) and data/<i>, its files' bytes until they are adopted.
+// Open resumes every unfinished save. Config.Dir/staging/ holds directories
+// handed out for saving into (the daemon's), emptied at Open.
+//
+// # Restoring
+//
+// Store.Restore reads the manifest, checks the objects, reads each file
+// through the cache (in fleet mode from the members holding it, so a
+// cluster restoring at once reads the checkpoint from GCS about once) and
+// hard-links the cache's copy into the directory, or copies it, checking
+// its CRC32C.
+package checkpoint

@@ -1,0 +1,101 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// journalFormat is the version of a journal file.
+const journalFormat = 1
+
+// journal is a save's state on this agent's disk, <root>/saves/<id>/
+// journal.json, rewritten atomically (temp file, fsync, rename, fsync of
+// the directory) at every step: what the save holds and how far its upload
+// got, so that a restarted agent resumes it. Its files' bytes are beside
+// it, data/<index in Files>, until they are adopted into the cache.
+type journal struct {
+	Format int `json:"journal"`
+	// Manifest is the checkpoint as it will be committed; a file's
+	// Generation is set once its object is written.
+	Manifest
+	// Committed is the manifest object's generation once written.
+	Committed int64 `json:"committed,omitempty"`
+	// Adopted says the files are cached objects now (data/ is gone).
+	Adopted bool `json:"adopted,omitempty"`
+	// Failed is why the save failed for good; its objects were removed.
+	Failed string `json:"failed,omitempty"`
+	// Replicas are the fleet members holding a verified copy.
+	Replicas []string `json:"replicas,omitempty"`
+}
+
+// dataPath returns the path of file i's bytes in the save's directory.
+func dataPath(dir string, i int) string {
+	return filepath.Join(dir, "data", strconv.Itoa(i))
+}
+
+// writeJournal writes j as dir/journal.json, atomically and durably.
+func writeJournal(dir string, j *journal) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("checkpoint: encode journal: %w", err)
+	}
+	return writeFileSync(filepath.Join(dir, "journal.json"), b)
+}
+
+// readJournal reads dir/journal.json.
+func readJournal(dir string) (*journal, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "journal.json"))
+	if err != nil {
+		return nil, err
+	}
+	var j journal
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, fmt.Errorf("checkpoint: journal %s: %w", dir, err)
+	}
+	if j.Format != journalFormat {
+		return nil, fmt.Errorf("checkpoint: journal %s: format %d, want %d", dir, j.Format, journalFormat)
+	}
+	return &j, nil
+}
+
+// writeFileSync writes b to path through a temp file, fsyncs it, renames
+// it into place and fsyncs the directory.
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("checkpoint: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// syncDir fsyncs a directory, making the renames and creations in it
+// durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}

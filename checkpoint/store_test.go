@@ -1,0 +1,247 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cacheagent/cacheagent/object"
+	"github.com/cacheagent/cacheagent/tier"
+)
+
+// TestSaveCommitRestore saves a DCP-style directory (shards, metadata, a
+// file larger than a part, an empty file, a nested one): the directory's
+// files move into the store (renamed, nothing copied), the upload commits
+// a manifest whose objects are the files byte for byte, List and Latest
+// see it, the parts and the claim are gone, and a restore on this agent
+// reads no byte of data from GCS and hard-links the cache's copies.
+func TestSaveCommitRestore(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, 0)
+	files := dcpFiles()
+	dir := e.writeTree(files)
+	u := uri(t, "run1/step-100/")
+	info, err := e.store.Save(ctx, dir, u, SaveOptions{})
+	if err != nil {
+		t.Fatalf("Save: %v", err)
+	}
+	if info.State != Local || info.Files != len(files) {
+		t.Fatalf("Save = %+v; want state local, %d files", info, len(files))
+	}
+	left := 0
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			left++
+		}
+		return err
+	})
+	if left != 0 {
+		t.Errorf("%d files left in the saved directory", left)
+	}
+	e.waitGCS(u)
+
+	m, err := ReadManifest(ctx, e.gcs, u)
+	if err != nil {
+		t.Fatalf("ReadManifest: %v", err)
+	}
+	if m.Node != "node-a" || len(m.Files) != len(files) || m.Bytes() != info.Bytes {
+		t.Fatalf("manifest %+v", m)
+	}
+	for _, f := range m.Files {
+		got := e.readObject(object.Object{Bucket: testBucket, Name: u.Path + f.Name, Generation: f.Generation})
+		if !bytes.Equal(got, files[f.Name]) {
+			t.Errorf("%s: the object differs from the file", f.Name)
+		}
+	}
+	want := []string{".metadata", "__0_0.distcp", "__1_0.distcp", ManifestName, "empty", "model.pt", "optim/__0_0.distcp"}
+	if got := e.names(u.Path); !slices.Equal(got, want) {
+		t.Errorf("objects under the prefix: %q; want %q (no claim, no parts)", got, want)
+	}
+	list, _, err := List(ctx, e.gcs, uri(t, "run1/"))
+	if err != nil || len(list) != 1 || list[0].URI != u.String() || list[0].State != GCS {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	st := e.store.Status(object.URI{})
+	if len(st) != 1 || st[0].State != GCS || st[0].UploadedBytes != info.Bytes {
+		t.Errorf("Status = %+v", st)
+	}
+	base := e.cache.Stats().Tiers[0]
+	if base.DirtyBytes != 0 || base.PinnedBytes == 0 {
+		t.Errorf("after the commit: %d dirty bytes, %d pinned; want 0 dirty, the checkpoint pinned", base.DirtyBytes, base.PinnedBytes)
+	}
+
+	served := e.emu.BytesServed()
+	out := filepath.Join(filepath.Dir(e.cacheDir), "restored")
+	res, err := e.store.Restore(ctx, u, out, nil)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	checkTree(t, out, files)
+	if n := e.emu.BytesServed() - served; n > 4<<10 { // the manifest only
+		t.Errorf("the restore read %d bytes from GCS; want the manifest's only", n)
+	}
+	if res.Linked != len(files) {
+		t.Errorf("Restore linked %d of %d files", res.Linked, len(files))
+	}
+	// Nothing is overwritten.
+	if _, err := e.store.Restore(ctx, u, out, nil); err == nil {
+		t.Error("a second restore into the same directory succeeded")
+	}
+}
+
+// TestSaveRefusals: a prefix with a committed checkpoint, a prefix another
+// save claims, an unknown bucket, a symlink or a special file in the
+// directory, more than the budget: each is an error at save, the bucket and
+// the directory unchanged.
+func TestSaveRefusals(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, 8<<20)
+	u := uri(t, "run/done/")
+	if _, err := e.store.Save(ctx, e.writeTree(map[string][]byte{"a": []byte("x")}), u, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGCS(u)
+	objects := e.names("")
+	check := func(what string, dir string, u object.URI, want error) {
+		t.Helper()
+		before := treeOf(t, dir)
+		_, err := e.store.Save(ctx, dir, u, SaveOptions{})
+		if !errors.Is(err, want) {
+			t.Errorf("%s: Save = %v; want %v", what, err, want)
+		}
+		if after := treeOf(t, dir); !slices.Equal(before, after) {
+			t.Errorf("%s: the directory changed: %v, then %v", what, before, after)
+		}
+		if got := e.names(""); !slices.Equal(got, objects) {
+			t.Errorf("%s: the bucket changed: %v, then %v", what, objects, got)
+		}
+	}
+	check("committed", e.writeTree(map[string][]byte{"b": []byte("y")}), u, ErrCommitted)
+
+	// Another agent's save claims the prefix.
+	busy := uri(t, "run/busy/")
+	other := &Store{cfg: e.cfg, log: e.store.log, ctx: ctx}
+	if err := other.claim(ctx, busy, "other-save"); err != nil {
+		t.Fatal(err)
+	}
+	objects = e.names("")
+	check("claimed", e.writeTree(map[string][]byte{"b": []byte("y")}), busy, ErrBusy)
+
+	bad := object.URI{Bucket: "nosuchbucket", Path: "x/"}
+	check("unknown bucket", e.writeTree(map[string][]byte{"b": []byte("y")}), bad, object.ErrNotFound)
+
+	dir := e.writeTree(map[string][]byte{"b": []byte("y"), "sub/c": []byte("z")})
+	if err := os.Symlink("/etc/passwd", filepath.Join(dir, "sub", "link")); err != nil {
+		t.Fatal(err)
+	}
+	check("symlink", dir, uri(t, "run/sym/"), ErrUnsafeFile)
+
+	dir = e.writeTree(map[string][]byte{"b": []byte("y")})
+	if err := mkfifo(filepath.Join(dir, "fifo")); err != nil {
+		t.Fatal(err)
+	}
+	check("fifo", dir, uri(t, "run/fifo/"), ErrUnsafeFile)
+
+	check("too big", e.writeTree(map[string][]byte{"big": make([]byte, 9<<20)}), uri(t, "run/big/"), tier.ErrNoSpace)
+	if d := e.cache.Stats().Tiers[0].DirtyBytes; d != 0 {
+		t.Errorf("%d dirty bytes after the refusals", d)
+	}
+}
+
+// treeOf lists dir's files with their sizes.
+func treeOf(t testing.TB, dir string) []string {
+	t.Helper()
+	var out []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, _ := d.Info()
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, rel+":"+fi.Mode().String()+":"+string(rune(fi.Size())))
+		return nil
+	})
+	return out
+}
+
+// TestChangedWhileTaken: a file written between the scan and its move is
+// ErrChanged, and every file is back where it was.
+func TestChangedWhileTaken(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("data "+n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	u := uri(t, "p/")
+	found, err := scan(root, u, nil)
+	if err != nil || len(found) != 3 {
+		t.Fatalf("scan = %v, %v", found, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "c"), []byte("data c, longer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(t.TempDir(), "data")
+	os.Mkdir(data, 0o700)
+	if _, _, err := take(root, found, data); !errors.Is(err, ErrChanged) {
+		t.Fatalf("take = %v; want ErrChanged", err)
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			t.Errorf("%s is not back: %v", n, err)
+		}
+	}
+}
+
+// TestResume closes the store right after a save, while its upload runs,
+// and opens it again: the save resumes (its dirty bytes held again), and
+// commits exactly once, with no part or claim left behind.
+func TestResume(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{Connections: 2}, 0)
+	files := dcpFiles()
+	for i := range 6 {
+		files["more/shard-"+string(rune('a'+i))] = make([]byte, 2<<20+i)
+	}
+	u := uri(t, "run2/step-1/")
+	if _, err := e.store.Save(ctx, e.writeTree(files), u, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.cache.Stats().Tiers[0].DirtyBytes; d != 0 {
+		t.Errorf("%d bytes still held after Close", d)
+	}
+	e.open()
+	if st := e.store.Status(u); len(st) != 1 {
+		t.Fatalf("after reopening: %+v", st)
+	}
+	e.waitGCS(u)
+	m, err := ReadManifest(ctx, e.gcs, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		if got := e.readObject(object.Object{Bucket: testBucket, Name: u.Path + f.Name, Generation: f.Generation}); !bytes.Equal(got, files[f.Name]) {
+			t.Errorf("%s differs", f.Name)
+		}
+	}
+	for _, n := range e.names(u.Path) {
+		if n != ManifestName && files[n] == nil && n != "empty" {
+			t.Errorf("object %q left under the prefix", n)
+		}
+	}
+	if d := e.cache.Stats().Tiers[0].DirtyBytes; d != 0 {
+		t.Errorf("%d dirty bytes after the commit", d)
+	}
+}
