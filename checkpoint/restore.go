@@ -13,19 +13,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cacheagent/cacheagent/object"
+	"github.com/cacheagent/cacheagent/stats"
 	"github.com/cacheagent/cacheagent/tier"
 )
-
-// Restored says how a restore placed the files.
-type Restored struct {
-	// Dir is the directory the files are in.
-	Dir string `json:"dir"`
-	// Files and Bytes count them; Linked are those hard-linked from the
-	// cache's copies (the rest were copied).
-	Files  int   `json:"files"`
-	Bytes  int64 `json:"bytes"`
-	Linked int   `json:"linked"`
-}
 
 // restoreParallel bounds a restore's concurrent files.
 const restoreParallel = 16
@@ -39,20 +29,20 @@ const restoreParallel = 16
 // into dir where it can (the same filesystem; the link is read-only to
 // others than the agent), else copies it, checking its CRC32C. With an
 // owner, dir must be theirs (or not exist) and copies are made theirs.
-func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Owner) (Restored, error) {
+func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Owner) (stats.Restore, error) {
 	m, err := ReadManifest(ctx, s.cfg.Bucket, u)
 	if err != nil {
-		return Restored{}, err
+		return stats.Restore{}, err
 	}
 	if err := Check(ctx, s.cfg.Bucket, m, nil); err != nil {
-		return Restored{}, err
+		return stats.Restore{}, err
 	}
 	root, err := openRestoreDir(dir, owner)
 	if err != nil {
-		return Restored{}, err
+		return stats.Restore{}, err
 	}
 	defer root.Close()
-	res := Restored{Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}
+	res := stats.Restore{Dir: dir, Files: len(m.Files), Bytes: m.Bytes()}
 	linked := make([]bool, len(m.Files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(restoreParallel)

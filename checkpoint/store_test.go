@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -243,5 +245,40 @@ func TestResume(t *testing.T) {
 	}
 	if d := e.cache.Stats().Tiers[0].DirtyBytes; d != 0 {
 		t.Errorf("%d dirty bytes after the commit", d)
+	}
+}
+
+// TestUploadStorm saves through uploads that fail often (503s and
+// connections reset mid-body): the save commits, every object intact.
+func TestUploadStorm(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, 0)
+	e.emu.SetUploadFaults(func(r *http.Request, n int) emulator.Fault {
+		switch {
+		case n%4 == 1:
+			return emulator.Fault{Status: http.StatusServiceUnavailable}
+		case n%4 == 2:
+			return emulator.Fault{ResetAfter: 512}
+		}
+		return emulator.Fault{}
+	})
+	files := dcpFiles()
+	u := uri(t, "storm/step-1/")
+	if _, err := e.store.Save(ctx, e.writeTree(files), u, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGCS(u)
+	e.emu.SetUploadFaults(nil)
+	m, err := ReadManifest(ctx, e.gcs, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range m.Files {
+		if got := e.readObject(object.Object{Bucket: testBucket, Name: u.Path + f.Name, Generation: f.Generation}); !bytes.Equal(got, files[f.Name]) {
+			t.Errorf("%s differs", f.Name)
+		}
+	}
+	if n, _ := e.emu.Uploads(); n < 8 {
+		t.Errorf("%d uploads: the storm was not met", n)
 	}
 }

@@ -277,6 +277,27 @@ func (s *Store) retry(ctx context.Context, sv *save, f func() error) error {
 	}
 }
 
+// saveAttempts bounds the tries of a request made while a caller waits
+// (the claim at a save): a storm that outlasts them fails the save, which
+// then has changed nothing.
+const saveAttempts = 8
+
+// retryFew runs f until it succeeds, fails for good, or saveAttempts
+// tries have failed, backing off between them.
+func retryFew(ctx context.Context, f func() error) error {
+	backoff := backoffMin
+	for i := 1; ; i++ {
+		err := f()
+		if err == nil || permanent(err) || ctx.Err() != nil || i == saveAttempts {
+			return err
+		}
+		if werr := wait.Sleep(ctx, rand.N(backoff)+time.Millisecond); werr != nil {
+			return err
+		}
+		backoff = min(2*backoff, backoffMax)
+	}
+}
+
 // setLastErr records the upload's last transient error ("" once a request
 // succeeds).
 func (s *Store) setLastErr(sv *save, msg string) {
@@ -296,7 +317,7 @@ func (s *Store) setLastErr(sv *save, msg string) {
 // a request the bucket refuses (400, 401, 403), a checksum the bytes sent
 // do not match.
 func permanent(err error) bool {
-	for _, e := range []error{ErrBusy, ErrChanged, ErrCommitted, object.ErrNotFound, object.ErrInvalidName} {
+	for _, e := range []error{ErrBusy, ErrChanged, ErrCommitted, object.ErrExists, object.ErrNotFound, object.ErrInvalidName} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -446,7 +467,10 @@ func (s *Store) fail(sv *save, err error) {
 // checkUncommitted returns ErrCommitted if u holds a committed checkpoint.
 func (s *Store) checkUncommitted(ctx context.Context, u object.URI) error {
 	o := object.Object{Bucket: u.Bucket, Name: u.Path + ManifestName}
-	_, err := s.cfg.Bucket.Stat(ctx, o)
+	err := retryFew(ctx, func() error {
+		_, err := s.cfg.Bucket.Stat(ctx, o)
+		return err
+	})
 	switch {
 	case err == nil:
 		return fmt.Errorf("%w: %s", ErrCommitted, u)
@@ -462,8 +486,11 @@ func (s *Store) checkUncommitted(ctx context.Context, u object.URI) error {
 // the bucket exists and takes writes.
 func (s *Store) claim(ctx context.Context, u object.URI, id string) error {
 	o := object.Object{Bucket: u.Bucket, Name: u.Path + claimName}
-	_, err := s.cfg.Bucket.Create(ctx, o, bytes.NewReader(nil), 0,
-		fetch.WriteOptions{CRC32C: 0, Metadata: map[string]string{metaSave: id, metaNode: s.cfg.Node}})
+	err := retryFew(ctx, func() error {
+		_, err := s.cfg.Bucket.Create(ctx, o, bytes.NewReader(nil), 0,
+			fetch.WriteOptions{CRC32C: 0, Metadata: map[string]string{metaSave: id, metaNode: s.cfg.Node}})
+		return err
+	})
 	if errors.Is(err, object.ErrExists) {
 		a, md, merr := s.cfg.Bucket.Metadata(ctx, o)
 		if merr != nil {

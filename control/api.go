@@ -55,6 +55,8 @@ type Status struct {
 	Fleet *stats.Fleet `json:"fleet,omitempty"`
 	// Mount describes the FUSE mount; nil without mount.path.
 	Mount *stats.Mount `json:"mount,omitempty"`
+	// Checkpoints are the checkpoint store's figures; nil standalone.
+	Checkpoints *stats.Checkpoints `json:"checkpoints,omitempty"`
 }
 
 // LoadersStatus sums the stats that loaders report through their plans

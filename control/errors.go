@@ -32,21 +32,33 @@ var (
 	// ErrNoFleet means the daemon runs without a fleet: section (one
 	// node): GET /v1/fleet has nothing to show.
 	ErrNoFleet = errors.New("fleet mode is not configured")
+	// ErrConflict means a checkpoint prefix is taken: a checkpoint is
+	// committed there, or another save owns it, or its objects no longer
+	// match its manifest.
+	ErrConflict = errors.New("control: checkpoint conflict")
+	// ErrPermission means the caller may not use a directory or file it
+	// named (it belongs to another user).
+	ErrPermission = errors.New("control: permission denied")
+	// ErrCheckpointFailed means a checkpoint save failed for good.
+	ErrCheckpointFailed = errors.New("control: checkpoint save failed")
 )
 
 // Error codes of ErrorBody.Code.
 const (
-	CodeObjectNotFound = "object_not_found" // object.ErrNotFound
-	CodeInvalidName    = "invalid_name"     // object.ErrInvalidName
-	CodeChecksum       = "checksum"         // object.ErrChecksum
-	CodeNoSpace        = "no_space"         // ErrNoSpace
-	CodeNoShm          = "no_shm"           // ErrNoShm
-	CodeNotFound       = "not_found"        // ErrNotFound
-	CodeInvalid        = "invalid"          // ErrInvalid
-	CodeUnavailable    = "unavailable"      // ErrUnavailable
-	CodeSessionEnded   = "session_ended"    // ErrSessionEnded
-	CodeNoFleet        = "no_fleet"         // ErrNoFleet
-	CodeInternal       = "internal"         // anything else
+	CodeObjectNotFound = "object_not_found"  // object.ErrNotFound
+	CodeInvalidName    = "invalid_name"      // object.ErrInvalidName
+	CodeChecksum       = "checksum"          // object.ErrChecksum
+	CodeNoSpace        = "no_space"          // ErrNoSpace
+	CodeNoShm          = "no_shm"            // ErrNoShm
+	CodeNotFound       = "not_found"         // ErrNotFound
+	CodeInvalid        = "invalid"           // ErrInvalid
+	CodeUnavailable    = "unavailable"       // ErrUnavailable
+	CodeSessionEnded   = "session_ended"     // ErrSessionEnded
+	CodeNoFleet        = "no_fleet"          // ErrNoFleet
+	CodeConflict       = "conflict"          // ErrConflict
+	CodePermission     = "permission"        // ErrPermission
+	CodeCheckpoint     = "checkpoint_failed" // ErrCheckpointFailed
+	CodeInternal       = "internal"          // anything else
 )
 
 // codes maps each error code to its HTTP status and the sentinel an Error
@@ -66,6 +78,9 @@ var codes = map[string]struct {
 	CodeSessionEnded:   {http.StatusGone, ErrSessionEnded},
 	CodeUnavailable:    {http.StatusServiceUnavailable, ErrUnavailable},
 	CodeNoFleet:        {http.StatusNotFound, ErrNoFleet},
+	CodeConflict:       {http.StatusConflict, ErrConflict},
+	CodePermission:     {http.StatusForbidden, ErrPermission},
+	CodeCheckpoint:     {http.StatusUnprocessableEntity, ErrCheckpointFailed},
 }
 
 // StatusOf returns the HTTP status of an error code
@@ -84,7 +99,8 @@ func sentinelOf(code string) error { return codes[code].err }
 // Error is an error answer from the daemon. It matches (errors.Is) the
 // sentinel its code stands for: object.ErrNotFound, object.ErrInvalidName,
 // object.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
-// ErrSessionEnded, ErrUnavailable or ErrNoFleet.
+// ErrSessionEnded, ErrUnavailable, ErrNoFleet, ErrConflict, ErrPermission
+// or ErrCheckpointFailed.
 type Error struct {
 	// Status is the HTTP status.
 	Status int

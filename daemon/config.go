@@ -53,6 +53,7 @@ var ErrConfig = errors.New("daemon: invalid config")
 //	control: {socket: /run/cacheagent/control.sock}
 //	metrics: {listen: 127.0.0.1:9464}
 //	gpu: auto
+//	checkpoint: {connections: 16, part_size: 64MiB, keep_local: 2, replicas: 1}
 //	fleet:                 # absent: one node
 //	  listen: 10.0.0.2:7946
 //	  peer_listen: 10.0.0.2:7947
@@ -75,6 +76,8 @@ type Config struct {
 	// Fleet joins the agents of a cluster into one cache (fleet.Config
 	// documents its keys); nil (no fleet: section) runs one node.
 	Fleet *fleet.Config `yaml:"fleet"`
+	// Checkpoint tunes checkpoint saves (CheckpointConfig).
+	Checkpoint CheckpointConfig `yaml:"checkpoint"`
 }
 
 // SourceConfig is one dataset.
@@ -415,6 +418,9 @@ func (c Config) check() *fieldError {
 		return bad(fmt.Sprintf("%d is out of range (at most 65536)", c.Fetch.SmallConnections), "fetch", "small_connections")
 	case strings.ContainsRune(c.Control.Socket, 0) || len(c.Control.Socket) > 104:
 		return bad("not a usable socket path (at most 104 bytes)", "control", "socket")
+	}
+	if e := c.Checkpoint.check(); e != nil {
+		return e
 	}
 	if o, err := mount.ParseOpenMode(c.Mount.Open); err != nil {
 		return bad(fmt.Sprintf("%q is not one of auto, ask, skip", c.Mount.Open), "mount", "open")

@@ -56,6 +56,7 @@ type Daemon struct {
 	scrub    *scrubber     // the background scrub (idle when off)
 	fleet    *fleet.Fleet  // nil without a fleet: section
 	peers    *peerPlane    // the fleet's data plane; nil without a fleet: section
+	ckpt     *CheckpointStore
 	// stopRequests cancels the context of every control request, ending
 	// lease sessions and job watches at shutdown.
 	stopRequests context.CancelFunc
@@ -91,6 +92,9 @@ func Start(ctx context.Context, cfg Config, opts Options) (*Daemon, error) {
 		failed: make(chan error, 2)}
 	if err := d.openCache(ctx, cfg); err != nil {
 		return nil, err
+	}
+	if err := d.openCheckpoints(ctx, cfg); err != nil {
+		return nil, errors.Join(err, d.closeCache())
 	}
 	if err := d.startFleet(ctx, cfg); err != nil {
 		return nil, errors.Join(err, d.closeCache())
@@ -164,9 +168,10 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// closeCache closes the cache and the sources.
+// closeCache closes the checkpoint store (if open), the cache and the
+// sources.
 func (d *Daemon) closeCache() error {
-	return errors.Join(d.cache.Close(), d.closeSources())
+	return errors.Join(d.closeCheckpoints(), d.cache.Close(), d.closeSources())
 }
 
 // closeSources closes the peer source, if any, and the GCS source.

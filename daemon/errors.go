@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/cacheagent/cacheagent/checkpoint"
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
@@ -27,6 +28,16 @@ var errorCodes = []struct {
 	{control.ErrSessionEnded, control.CodeSessionEnded},
 	{control.ErrUnavailable, control.CodeUnavailable},
 	{control.ErrNoFleet, control.CodeNoFleet},
+	{checkpoint.ErrCommitted, control.CodeConflict},
+	{checkpoint.ErrBusy, control.CodeConflict},
+	{checkpoint.ErrMismatch, control.CodeConflict},
+	{checkpoint.ErrPermission, control.CodePermission},
+	{control.ErrPermission, control.CodePermission},
+	{checkpoint.ErrFailed, control.CodeCheckpoint},
+	{checkpoint.ErrNoCheckpoint, control.CodeNotFound},
+	{checkpoint.ErrUnsafeFile, control.CodeInvalid},
+	{checkpoint.ErrChanged, control.CodeInvalid},
+	{checkpoint.ErrManifest, control.CodeInvalid},
 	{tier.ErrClosed, control.CodeUnavailable},
 	{context.Canceled, control.CodeUnavailable},
 }

@@ -34,6 +34,7 @@ func (d *Daemon) listen(cfg Config) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ConnContext:       withPeerCred,
 		ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelDebug),
 	}
 	if cfg.Metrics.Listen == MetricsOff {

@@ -52,6 +52,12 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("DELETE /v1/sessions/{sid}/leases/{id}", d.handleRelease)
 	mux.HandleFunc("POST /v1/loaders", d.handleLoaderSession)
 	mux.HandleFunc("GET /v1/fleet", d.handleFleet)
+	mux.HandleFunc("POST /v1/checkpoints", d.handleCheckpointSave)
+	mux.HandleFunc("POST /v1/checkpoints/staging", d.handleCheckpointStaging)
+	mux.HandleFunc("POST /v1/checkpoints/wait", d.handleCheckpointWait)
+	mux.HandleFunc("GET /v1/checkpoints", d.handleCheckpointStatus)
+	mux.HandleFunc("GET /v1/checkpoints/list", d.handleCheckpointList)
+	mux.HandleFunc("POST /v1/checkpoints/restore", d.handleCheckpointRestore)
 	return d.counted(mux)
 }
 

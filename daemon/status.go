@@ -116,8 +116,18 @@ func (d *Daemon) status() control.Status {
 		Jobs:     d.jobs.counts(),
 		Sessions: sessions, Leases: leases, Plans: d.plans.count(),
 		Loaders: d.loaderStatus(), LoaderSessions: d.lsess.count(),
-		Fleet: fl, Mount: mnt,
+		Fleet: fl, Mount: mnt, Checkpoints: d.checkpointFigures(),
 	}
+}
+
+// checkpointFigures returns the checkpoint store's figures (nil before it
+// opens).
+func (d *Daemon) checkpointFigures() *stats.Checkpoints {
+	if d.ckpt == nil {
+		return nil
+	}
+	f := d.ckpt.Figures()
+	return &f
 }
 
 // mountStats returns the mount's figures, and false without a mount.
@@ -166,6 +176,12 @@ func (d *Daemon) metricSources() metrics.Sources {
 		Loaders: d.plans.loaderTotals,
 		Fleet:   d.fleetStats,
 		Mount:   d.mountStats,
+		Checkpoints: func() stats.Checkpoints {
+			if f := d.checkpointFigures(); f != nil {
+				return *f
+			}
+			return stats.Checkpoints{}
+		},
 		Jobs: func() map[string]int {
 			out := make(map[string]int)
 			for s, n := range d.jobs.counts() {

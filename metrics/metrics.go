@@ -44,6 +44,8 @@ type Sources struct {
 	Fleet func() (stats.Fleet, bool)
 	// Mount returns the FUSE mount's figures, and false without a mount.
 	Mount func() (stats.Mount, bool)
+	// Checkpoints returns the checkpoint store's figures.
+	Checkpoints func() stats.Checkpoints
 }
 
 // Metrics is the daemon's registry. Create it with New.
@@ -92,6 +94,7 @@ func New(version string, src Sources) *Metrics {
 		&loaderCollector{src: src.Loaders},
 		&fleetCollector{src: src.Fleet},
 		&optionalCollector[stats.Mount]{read: src.Mount, table: mountTable},
+		&checkpointCollector{src: src.Checkpoints},
 	)
 	return m
 }

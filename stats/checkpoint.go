@@ -51,3 +51,14 @@ type Checkpoints struct {
 	// ("changed", "conflict", "other").
 	FailuresByCause map[string]int64 `json:"failures_by_cause"`
 }
+
+// Restore says how a checkpoint restore placed its files.
+type Restore struct {
+	// Dir is the directory the files are in.
+	Dir string `json:"dir"`
+	// Files and Bytes count them; Linked are those hard-linked from the
+	// cache's copies (the others were copied).
+	Files  int   `json:"files"`
+	Bytes  int64 `json:"bytes"`
+	Linked int   `json:"linked"`
+}

@@ -22,6 +22,16 @@ type FaultPlan = linkshape.FaultPlan
 // to object media GETs only.
 type Shape = linkshape.Shape
 
+// SetUploadFaults replaces the fault plan of uploads (see
+// linkshape.Link.SetUploadFaults); nil disables it.
+func (s *Server) SetUploadFaults(plan FaultPlan) { s.link.SetUploadFaults(plan) }
+
+// Uploads returns the upload requests received and their body bytes read.
+func (s *Server) Uploads() (requests, bytes int64) {
+	st := s.link.Stats()
+	return st.Uploads, st.UploadBytes
+}
+
 // handle runs the link model (package linkshape) in front of the fake for
 // as long as the server is open; Close waits for every handle to return.
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {

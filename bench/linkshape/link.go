@@ -55,6 +55,10 @@ type FaultPlan func(r *http.Request, n int) Fault
 type Shape struct {
 	FirstByte   time.Duration `json:"first_byte_ns"`
 	BytesPerSec int64         `json:"bytes_per_sec"`
+	// UploadBytesPerSec > 0 paces the request bodies of uploads (the
+	// uploads themselves wait FirstByte too): the link's other direction.
+	// 0 leaves uploads unshaped.
+	UploadBytesPerSec int64 `json:"upload_bytes_per_sec,omitempty"`
 }
 
 // Stats counts what a Link has done since New.
@@ -66,6 +70,10 @@ type Stats struct {
 	// BytesServed counts the media GET body bytes written to clients
 	// (bytes swallowed by a truncation fault are not counted).
 	BytesServed int64 `json:"bytes_served"`
+	// Uploads counts the upload requests received (IsUpload), faulted
+	// ones included; UploadBytes their body bytes read.
+	Uploads     int64 `json:"uploads"`
+	UploadBytes int64 `json:"upload_bytes"`
 }
 
 // Status is a Link's shape and counters, as a proxy reports them (JSON).
@@ -85,12 +93,15 @@ type Status struct {
 type Link struct {
 	next http.Handler // immutable after New
 
-	faults atomic.Pointer[FaultPlan]
-	shape  atomic.Pointer[Shape]
+	faults       atomic.Pointer[FaultPlan]
+	uploadFaults atomic.Pointer[FaultPlan]
+	shape        atomic.Pointer[Shape]
 
 	mediaGETs   atomic.Int64
 	faulted     atomic.Int64
 	bytesServed atomic.Int64
+	uploads     atomic.Int64
+	uploadBytes atomic.Int64
 }
 
 // New returns a Link in front of next with the given shape and fault plan
@@ -101,9 +112,17 @@ func New(next http.Handler, shape Shape, faults FaultPlan) *Link {
 	}
 	l := &Link{next: next}
 	l.faults.Store(&faults)
+	var none FaultPlan
+	l.uploadFaults.Store(&none)
 	l.shape.Store(&shape)
 	return l
 }
+
+// SetUploadFaults replaces the fault plan of uploads (IsUpload); nil
+// disables it. Of a Fault, uploads take Status (answered instead, the body
+// unread), HeaderWait (a wait before the request goes on) and ResetAfter
+// (the connection reset after that many body bytes are read).
+func (l *Link) SetUploadFaults(plan FaultPlan) { l.uploadFaults.Store(&plan) }
 
 // SetFaults replaces the fault plan; nil disables fault injection.
 func (l *Link) SetFaults(plan FaultPlan) { l.faults.Store(&plan) }
@@ -120,6 +139,8 @@ func (l *Link) Stats() Stats {
 		MediaGETs:   l.mediaGETs.Load(),
 		Faulted:     l.faulted.Load(),
 		BytesServed: l.bytesServed.Load(),
+		Uploads:     l.uploads.Load(),
+		UploadBytes: l.uploadBytes.Load(),
 	}
 }
 
@@ -130,6 +151,10 @@ func (l *Link) Status() Status { return Status{Shape: l.Shape(), Stats: l.Stats(
 // (a fault, the client leaving) aborts the connection with
 // http.ErrAbortHandler, which net/http recovers.
 func (l *Link) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if IsUpload(r) {
+		l.serveUpload(w, r)
+		return
+	}
 	if !IsMediaGET(r) {
 		l.next.ServeHTTP(w, r)
 		return
@@ -172,6 +197,40 @@ func writeStatus(w http.ResponseWriter, f Fault) {
 	}
 	w.Header().Set("Content-Length", "0")
 	w.WriteHeader(f.Status)
+}
+
+// serveUpload shapes and faults one upload request, then passes it on.
+func (l *Link) serveUpload(w http.ResponseWriter, r *http.Request) {
+	n := l.uploads.Add(1)
+	var f Fault
+	if plan := *l.uploadFaults.Load(); plan != nil {
+		f = plan(r, int(n))
+	}
+	if f != (Fault{}) {
+		l.faulted.Add(1)
+	}
+	sh := *l.shape.Load()
+	first := time.Duration(0)
+	if sh.UploadBytesPerSec > 0 {
+		first = sh.FirstByte
+	}
+	if err := wait.Sleep(r.Context(), max(first, 0)+max(f.HeaderWait, 0)); err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if f.Status != 0 {
+		writeStatus(w, f)
+		return
+	}
+	r.Body = &uploadBody{ctx: r.Context(), r: r.Body, rate: sh.UploadBytesPerSec, resetAfter: f.ResetAfter,
+		read: &l.uploadBytes, start: time.Now()}
+	l.next.ServeHTTP(w, r)
+}
+
+// IsUpload reports whether r uploads object data: a JSON API upload
+// (POST or PUT under /upload/: media, multipart, or a resumable session's
+// chunk).
+func IsUpload(r *http.Request) bool {
+	return (r.Method == http.MethodPost || r.Method == http.MethodPut) && strings.HasPrefix(r.URL.Path, "/upload/")
 }
 
 // IsMediaGET reports whether r downloads object data: an XML read
