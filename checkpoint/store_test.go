@@ -149,6 +149,18 @@ func TestSaveRefusals(t *testing.T) {
 	check("fifo", dir, uri(t, "run/fifo/"), ErrUnsafeFile)
 
 	check("too big", e.writeTree(map[string][]byte{"big": make([]byte, 9<<20)}), uri(t, "run/big/"), tier.ErrNoSpace)
+
+	// Another user's files (the test runs as root, or as a user who is not
+	// uid 4242).
+	dir = e.writeTree(map[string][]byte{"b": []byte("y")})
+	before := treeOf(t, dir)
+	_, err := e.store.Save(ctx, dir, uri(t, "run/other/"), SaveOptions{Owner: &Owner{UID: 4242, GID: 4242}})
+	if !errors.Is(err, ErrPermission) {
+		t.Errorf("saving another user's files: %v; want ErrPermission", err)
+	}
+	if after := treeOf(t, dir); !slices.Equal(before, after) {
+		t.Errorf("a refused save changed the directory")
+	}
 	if d := e.cache.Stats().Tiers[0].DirtyBytes; d != 0 {
 		t.Errorf("%d dirty bytes after the refusals", d)
 	}
