@@ -8,6 +8,8 @@ its control socket:
 * :func:`open` -- lease one object and map its local copy read-only
   (``lease.bytes()``, ``lease.array()`` for ``.npy``);
 * :func:`plan` -- announce the order in which objects will be read;
+* :mod:`cacheagent.checkpoint` -- save checkpoints through the daemon (a
+  local write, uploaded behind training) and restore them;
 * :class:`Loader` -- the daemon's Go loader for this process: batches
   gathered into a shared ring (a memfd) and yielded as numpy views, no copy;
 * :mod:`cacheagent.sampler` -- ``node_partition``: the shards each node
@@ -27,9 +29,11 @@ from typing import Optional
 
 from ._version import __version__
 from .client import DEFAULT_SOCKET, Client, DaemonInfo
-from .errors import (CacheagentError, ChecksumError, ClientClosed, DaemonNotRunning, DaemonTimeout,
-                     DaemonUnavailable, InternalError, InvalidName, InvalidRequest, LoaderError, NoFleet, NoShm,
-                     NoSpace, NotFound, ProtocolError, ResourceNotFound, SessionEnded)
+from .errors import (CacheagentError, CheckpointFailed, ChecksumError, ClientClosed, Conflict, DaemonNotRunning,
+                     DaemonTimeout, DaemonUnavailable, InternalError, InvalidName, InvalidRequest, LoaderError,
+                     NoFleet, NoShm, NoSpace, NotFound, PermissionDenied, ProtocolError, ResourceNotFound,
+                     SessionEnded)
+from . import checkpoint
 from .lease import Lease, ObjectAttrs
 from .batch import Field
 from .loader import Batch, Loader
@@ -43,7 +47,8 @@ __all__ = [
     "URI", "ObjectRef", "ObjectLike", "open", "plan", "parse_uri", "parse_object", "parse_prefix", "object_of",
     "CacheagentError", "NotFound", "InvalidName", "ChecksumError", "NoSpace", "NoShm", "ResourceNotFound",
     "InvalidRequest", "DaemonUnavailable", "DaemonNotRunning", "DaemonTimeout", "SessionEnded", "NoFleet",
-    "LoaderError", "ProtocolError", "InternalError", "ClientClosed",
+    "Conflict", "PermissionDenied", "CheckpointFailed", "LoaderError", "ProtocolError", "InternalError",
+    "ClientClosed", "checkpoint",
 ]
 
 

@@ -30,6 +30,9 @@ __all__ = [
     "DaemonTimeout",
     "SessionEnded",
     "NoFleet",
+    "Conflict",
+    "PermissionDenied",
+    "CheckpointFailed",
     "LoaderError",
     "ProtocolError",
     "InternalError",
@@ -145,6 +148,29 @@ class NoFleet(CacheagentError):
     code = "no_fleet"
 
 
+class Conflict(CacheagentError):
+    """A checkpoint's prefix is taken: a checkpoint is committed there,
+    another save owns it, or its objects no longer match its manifest (code
+    ``conflict``)."""
+
+    code = "conflict"
+
+
+class PermissionDenied(CacheagentError):
+    """The daemon refused to use a directory or file for this caller: it
+    belongs to another user (code ``permission``)."""
+
+    code = "permission"
+
+
+class CheckpointFailed(CacheagentError):
+    """A checkpoint save failed for good (a file changed after it was
+    saved, another save won the prefix): nothing of it is committed (code
+    ``checkpoint_failed``)."""
+
+    code = "checkpoint_failed"
+
+
 class LoaderError(CacheagentError):
     """A loader session's loader failed (a shard could not be read or did
     not decode, a batch outgrew its buffer): no more batches come and the
@@ -184,7 +210,8 @@ def _by_code(*classes: Type[CacheagentError]) -> Dict[str, Type[CacheagentError]
 
 # The classes of the control API's error codes (control/errors.go).
 _BY_CODE = _by_code(NotFound, InvalidName, ChecksumError, NoSpace, NoShm, ResourceNotFound, InvalidRequest,
-                    DaemonUnavailable, SessionEnded, NoFleet, InternalError)
+                    DaemonUnavailable, SessionEnded, NoFleet, Conflict, PermissionDenied, CheckpointFailed,
+                    InternalError)
 
 
 def error_for(code: Optional[str], message: str, status: Optional[int] = None) -> CacheagentError:
