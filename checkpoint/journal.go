@@ -28,8 +28,17 @@ type journal struct {
 	Adopted bool `json:"adopted,omitempty"`
 	// Failed is why the save failed for good; its objects were removed.
 	Failed string `json:"failed,omitempty"`
-	// Replicas are the fleet members holding a verified copy.
+	// Replicas are the fleet members holding a verified copy (on the
+	// saving agent).
 	Replicas []string `json:"replicas,omitempty"`
+	// Replica says this agent holds the save for its saver (Node) as a
+	// replica; Complete once every file arrived, verified; Holders are all
+	// the members holding one, in the saver's order; TakenOver once this
+	// agent uploads it because the saver died.
+	Replica   bool     `json:"replica,omitempty"`
+	Complete  bool     `json:"complete,omitempty"`
+	Holders   []string `json:"holders,omitempty"`
+	TakenOver bool     `json:"taken_over,omitempty"`
 }
 
 // dataPath returns the path of file i's bytes in the save's directory.

@@ -37,6 +37,9 @@ func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Ow
 	if err := Check(ctx, s.cfg.Bucket, m, nil); err != nil {
 		return stats.Restore{}, err
 	}
+	if s.cfg.Fleet != nil && m.Node != s.cfg.Node {
+		s.cfg.Fleet.Prefer(u, m.Node) // it holds the files, unless it died
+	}
 	root, err := openRestoreDir(dir, owner)
 	if err != nil {
 		return stats.Restore{}, err

@@ -75,6 +75,11 @@ type Config struct {
 	// KeepLocal is how many newest committed checkpoints of each run (the
 	// prefix's parent) stay pinned in the cache (0: 2; negative: none).
 	KeepLocal int
+	// Fleet is the fleet (nil: one agent, no replicas); Replicas how many
+	// other members hold a verified copy of each save before it is durable
+	// at "peers".
+	Fleet    Fleet
+	Replicas int
 	// Logger receives what has no caller to return to; nil discards it.
 	Logger *slog.Logger
 }
@@ -89,6 +94,8 @@ type Store struct {
 	ctx  context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup // uploads
+
+	sweep chan struct{} // asks replicaLoop to sweep now; capacity 1
 
 	mu      sync.Mutex
 	saves   map[string]*save // by id
@@ -134,11 +141,14 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Store{cfg: cfg, log: log, sem: make(chan struct{}, cfg.Connections), ctx: sctx, stop: stop,
-		saves: make(map[string]*save), changed: make(chan struct{})}
+		saves: make(map[string]*save), changed: make(chan struct{}), sweep: make(chan struct{}, 1)}
 	if err := s.resume(ctx); err != nil {
 		stop()
 		s.wg.Wait()
 		return nil, err
+	}
+	if cfg.Fleet != nil {
+		s.wg.Go(s.replicaLoop)
 	}
 	return s, nil
 }
@@ -161,6 +171,11 @@ func (s *Store) resume(ctx context.Context) error {
 			continue
 		}
 		sv := &save{dir: dir, j: *j}
+		if j.Replica && !j.Complete {
+			// A replica cut short is of no use: its saver sends it again.
+			os.RemoveAll(dir)
+			continue
+		}
 		if !j.Adopted && j.Failed == "" {
 			if sv.hold, err = s.cfg.Cache.Hold(ctx, s.dataBytes(sv), s.prefix(sv)); err != nil {
 				return fmt.Errorf("checkpoint: resume %s: %w", j.URI, err)
@@ -172,7 +187,7 @@ func (s *Store) resume(ctx context.Context) error {
 			}
 		}
 		s.saves[j.Save] = sv
-		if !j.Adopted && j.Failed == "" {
+		if !j.Adopted && j.Failed == "" && (!j.Replica || j.TakenOver) {
 			s.log.Info("checkpoint: resuming a save", "uri", j.URI, "files", len(j.Files), "committed", j.Committed != 0)
 			s.start(sv)
 		}
@@ -345,7 +360,7 @@ func (s *Store) busy(u object.URI) error {
 		return ErrClosed
 	}
 	for _, sv := range s.saves {
-		if sv.j.URI == u.String() && sv.j.Committed == 0 && sv.j.Failed == "" {
+		if sv.j.URI == u.String() && sv.j.Committed == 0 && sv.j.Failed == "" && (!sv.j.Replica || sv.j.TakenOver) {
 			return fmt.Errorf("%w: %s is being saved by this agent (save %s)", ErrBusy, u, sv.j.Save)
 		}
 	}
@@ -370,6 +385,9 @@ func (s *Store) Wait(ctx context.Context, u object.URI, durability string) (stat
 	want := rank(durability)
 	if want < 0 || durability == Failed {
 		return stats.Checkpoint{}, fmt.Errorf("checkpoint: durability %q: want local, peers or gcs", durability)
+	}
+	if durability == Peers && (s.cfg.Fleet == nil || s.cfg.Replicas <= 0) {
+		return stats.Checkpoint{}, ErrNoPeers
 	}
 	for {
 		s.mu.Lock()
@@ -447,7 +465,7 @@ func (s *Store) Figures() stats.Checkpoints {
 		if sv.hold != nil {
 			f.DirtyBytes += sv.hold.Bytes()
 		}
-		if sv.j.Committed == 0 && sv.j.Failed == "" {
+		if sv.j.Committed == 0 && sv.j.Failed == "" && (!sv.j.Replica || sv.j.TakenOver) {
 			f.Pending++
 		}
 	}
@@ -463,6 +481,10 @@ func (s *Store) infoLocked(sv *save) stats.Checkpoint {
 		st = Failed
 	case j.Committed != 0 && j.Adopted:
 		st = GCS
+	case j.Replica && !j.TakenOver:
+		st = Replica
+	case s.cfg.Replicas > 0 && len(j.Replicas) >= s.cfg.Replicas:
+		st = Peers
 	}
 	return stats.Checkpoint{URI: j.URI, Save: j.Save, Node: j.Node, Created: j.Created, Files: len(j.Files),
 		Bytes: j.Bytes(), State: st, UploadedBytes: sv.uploaded, Replicas: len(j.Replicas), Error: cmp.Or(j.Failed, sv.lastErr)}

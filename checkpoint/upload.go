@@ -51,9 +51,14 @@ const (
 // commits or fails.
 const claimName = reservedDir + "claim"
 
-// start runs sv's upload, commit and adoption on a goroutine of the store.
+// start runs sv's upload, commit and adoption on a goroutine of the
+// store, and its replication on another (in fleet mode).
 func (s *Store) start(sv *save) {
 	s.wg.Go(func() { s.run(sv) })
+	if s.cfg.Fleet != nil && s.cfg.Replicas > 0 && !sv.j.Replica && sv.j.Committed == 0 &&
+		len(sv.j.Replicas) < s.cfg.Replicas {
+		s.wg.Go(func() { s.replicate(sv) })
+	}
 }
 
 // run uploads sv's files, commits the manifest and adopts the files into
@@ -66,10 +71,16 @@ func (s *Store) run(sv *save) {
 		if err == nil {
 			err = s.commit(ctx, sv)
 		}
-		if err != nil {
-			if ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
+			// A replica's holder may have committed the save meanwhile
+			// (this agent was out of the fleet): its objects are kept.
+			if s.committedElsewhere(ctx, sv) {
+				err = nil
+			} else {
 				s.fail(sv, err)
 			}
+		}
+		if err != nil {
 			return
 		}
 	}
@@ -384,19 +395,15 @@ func (s *Store) adopt(ctx context.Context, sv *save) {
 		}
 	}
 	s.cleanBucket(ctx, sv)
+	s.dropReplicas(ctx, sv)
 	os.RemoveAll(filepath.Join(sv.dir, "data"))
-	s.mu.Lock()
-	if sv.hold != nil {
-		sv.hold.Release()
-		sv.hold = nil
-	}
-	sv.j.Adopted = true
-	j := sv.j
-	s.notifyLocked()
-	s.mu.Unlock()
-	if err := writeJournal(sv.dir, &j); err != nil {
-		s.log.Warn("checkpoint: record the adoption", "uri", j.URI, "err", err)
-	}
+	s.record(sv, "the adoption", func(j *journal) {
+		if sv.hold != nil {
+			sv.hold.Release()
+			sv.hold = nil
+		}
+		j.Adopted = true
+	})
 	s.pinNewest(ctx, sv)
 	s.prune()
 }

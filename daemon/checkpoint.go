@@ -35,6 +35,13 @@ type CheckpointStore struct {
 // connections, the read-write scope) and resumes the saves a previous run
 // left. The daemon opens one; a standalone `cacheagent checkpoint` too.
 func OpenCheckpointStore(ctx context.Context, cfg Config, cache *tier.Cache, log *slog.Logger) (*CheckpointStore, error) {
+	return openCheckpointStore(ctx, cfg, cache, log, nil)
+}
+
+// openCheckpointStore is OpenCheckpointStore with the fleet replicas go to
+// (nil: none).
+func openCheckpointStore(ctx context.Context, cfg Config, cache *tier.Cache, log *slog.Logger,
+	fl checkpoint.Fleet) (*CheckpointStore, error) {
 	gc := cfg.Fetch.GCS()
 	gc.ReadWrite = true
 	cc := cfg.Checkpoint.store()
@@ -45,6 +52,11 @@ func OpenCheckpointStore(ctx context.Context, cfg Config, cache *tier.Cache, log
 	}
 	cc.Dir = filepath.Join(cfg.Tiers.Disk.Dir, "checkpoints")
 	cc.Cache, cc.Bucket, cc.Node, cc.Logger = cache, up, nodeName(cfg), log
+	if fl != nil {
+		cc.Fleet = fl
+	} else {
+		cc.Replicas = 0
+	}
 	s, err := checkpoint.Open(ctx, cc)
 	if err != nil {
 		up.Close()
@@ -61,7 +73,12 @@ func (s *CheckpointStore) Close() error {
 
 // openCheckpoints opens the daemon's checkpoint store.
 func (d *Daemon) openCheckpoints(ctx context.Context, cfg Config) error {
-	s, err := OpenCheckpointStore(ctx, cfg, d.cache, d.log)
+	var fl checkpoint.Fleet
+	if d.peers != nil {
+		d.ckptFleet = newCkptFleet(d.peers)
+		fl = d.ckptFleet
+	}
+	s, err := openCheckpointStore(ctx, cfg, d.cache, d.log, fl)
 	if err != nil {
 		return err
 	}
@@ -160,6 +177,7 @@ func (d *Daemon) handleCheckpointSave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dir := filepath.Clean(req.Dir)
+	d.servePeers(u.Bucket)
 	staging := filepath.Join(d.ckptDir(), "staging") + string(filepath.Separator)
 	info, err := d.ckpt.Save(r.Context(), dir, u,
 		checkpoint.SaveOptions{Owner: owner, RemoveDir: strings.HasPrefix(dir, staging)})
@@ -171,6 +189,14 @@ func (d *Daemon) handleCheckpointSave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, info)
+}
+
+// servePeers lets the fleet's members read this agent's cached objects
+// of bucket (a bucket it saves checkpoints to).
+func (d *Daemon) servePeers(bucket string) {
+	if d.peers != nil && d.peers.srv != nil {
+		d.peers.srv.AllowBucket(bucket)
+	}
 }
 
 // ckptDir is the checkpoint store's directory.

@@ -22,7 +22,8 @@ type CheckpointConfig struct {
 	// negative pins none.
 	KeepLocal int `yaml:"keep_local"`
 	// Replicas is how many other fleet members hold a verified copy of a
-	// save before it is durable at "peers". Default 1; fleet mode only.
+	// save before it is durable at "peers". Default 1; negative: none (no
+	// replicas, and "peers" durability is refused). Fleet mode only.
 	Replicas int `yaml:"replicas"`
 }
 
@@ -34,8 +35,8 @@ func (c CheckpointConfig) check() *fieldError {
 		return bad(fmt.Sprintf("%d is out of range [1, 1024]", c.Connections), "connections")
 	case c.PartSize < 0 || (c.PartSize > 0 && c.PartSize < 1<<20) || c.PartSize > 5<<30:
 		return bad(fmt.Sprintf("%s is out of range [1MiB, 5GiB]", c.PartSize), "part_size")
-	case c.Replicas < 0 || c.Replicas > 16:
-		return bad(fmt.Sprintf("%d is out of range [0, 16]", c.Replicas), "replicas")
+	case c.Replicas > 16:
+		return bad(fmt.Sprintf("%d is out of range [1, 16] (negative: none)", c.Replicas), "replicas")
 	}
 	return nil
 }
@@ -43,5 +44,10 @@ func (c CheckpointConfig) check() *fieldError {
 // store returns the checkpoint store's settings for the section (the
 // parts the daemon supplies aside).
 func (c CheckpointConfig) store() checkpoint.Config {
-	return checkpoint.Config{Connections: c.Connections, PartSize: int64(c.PartSize), KeepLocal: c.KeepLocal}
+	replicas := c.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	return checkpoint.Config{Connections: c.Connections, PartSize: int64(c.PartSize), KeepLocal: c.KeepLocal,
+		Replicas: max(replicas, 0)}
 }

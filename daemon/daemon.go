@@ -57,6 +57,8 @@ type Daemon struct {
 	fleet    *fleet.Fleet  // nil without a fleet: section
 	peers    *peerPlane    // the fleet's data plane; nil without a fleet: section
 	ckpt     *CheckpointStore
+	// ckptFleet carries checkpoint replicas; nil without a fleet.
+	ckptFleet *ckptFleet
 	// stopRequests cancels the context of every control request, ending
 	// lease sessions and job watches at shutdown.
 	stopRequests context.CancelFunc

@@ -28,6 +28,7 @@ var errorCodes = []struct {
 	{control.ErrSessionEnded, control.CodeSessionEnded},
 	{control.ErrUnavailable, control.CodeUnavailable},
 	{control.ErrNoFleet, control.CodeNoFleet},
+	{checkpoint.ErrNoPeers, control.CodeNoFleet},
 	{checkpoint.ErrCommitted, control.CodeConflict},
 	{checkpoint.ErrBusy, control.CodeConflict},
 	{checkpoint.ErrMismatch, control.CodeConflict},

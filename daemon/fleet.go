@@ -40,6 +40,16 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	if err := p.server(d.cache, sourceBuckets(cfg.Sources), d.log); err != nil {
 		return err
 	}
+	h, err := peerHandler(p, d.ckpt.Store)
+	if err != nil {
+		return err
+	}
+	p.http.Handler = h
+	for _, c := range d.ckpt.Status(object.URI{}) {
+		if u, err := object.ParsePrefix(c.URI); err == nil {
+			p.srv.AllowBucket(u.Bucket) // its saves' files are cached here
+		}
+	}
 	if err := p.listen(cfg.Fleet.PeerListen); err != nil {
 		return err
 	}
@@ -51,6 +61,7 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 	}
 	d.fleet = f
 	p.owners.f.Store(f)
+	d.ckptFleet.f.Store(f)
 	listCtx, stopListing := context.WithCancel(context.Background())
 	p.stopListing = stopListing
 	// The disk tier keeps what this node owns first; ownership moves with
@@ -62,6 +73,7 @@ func (d *Daemon) startFleet(ctx context.Context, cfg Config) error {
 		for range changes {
 			p.owners.rebalance()
 			d.cache.SetOwnership(p.src.Keeps)
+			d.ckpt.SweepReplicas() // a saver may have died
 		}
 	})
 	// The sources a warm job will not list are listed once now, so
@@ -140,6 +152,8 @@ func (d *Daemon) closeFleet(ctx context.Context) error {
 		return nil
 	}
 	d.peers.owners.f.Store(nil) // this node's reads go to GCS from now on
+	d.ckptFleet.f.Store(nil)
+	defer d.ckptFleet.close()
 	d.peers.stopListing()
 	return errors.Join(d.fleet.Close(ctx), shutdown(ctx, d.peers.http))
 }

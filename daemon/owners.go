@@ -36,9 +36,15 @@ type fleetOwners struct {
 	mu    sync.Mutex
 	sets  map[string][]placement.Item // by dataset URI; guarded by mu
 	order []string                    // dataset URIs, oldest first; guarded by mu
+
+	// pref is the preferred holders of checkpoints (see prefer), an
+	// immutable list swapped whole under prefMu.
+	pref   atomic.Pointer[[]preferred]
+	prefMu sync.Mutex
 }
 
-// Owners ranks key's owners, this node marked.
+// Owners ranks key's owners, this node marked; a checkpoint's preferred
+// holder (see prefer) comes first while it is live.
 func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 	f := o.f.Load()
 	if f == nil {
@@ -51,16 +57,23 @@ func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 	} else {
 		ms = t.Owners(key, fleetOwnersK)
 	}
-	out := make([]peer.Candidate, 0, len(ms))
+	out := make([]peer.Candidate, 0, len(ms)+1)
 	self := f.Name()
+	if p, ok := o.preferredFor(key); ok && p != self {
+		if fm, ok := f.Member(p); ok {
+			out = append(out, peer.Candidate{Name: p, Addr: fm.PeerAddr})
+		}
+	}
 	for _, m := range ms {
-		if m.Name == self {
+		switch fm, ok := f.Member(m.Name); {
+		case len(out) > 0 && m.Name == out[0].Name:
+		case m.Name == self:
 			out = append(out, peer.Candidate{Name: m.Name, Self: true})
-		} else if fm, ok := f.Member(m.Name); ok {
+		case ok:
 			out = append(out, peer.Candidate{Name: m.Name, Addr: fm.PeerAddr})
 		}
 	}
-	return out
+	return out[:min(len(out), fleetOwnersK)]
 }
 
 // register balances the keys of the dataset uri (objs, as src routes them)

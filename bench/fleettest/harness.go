@@ -23,6 +23,7 @@ package fleettest
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -63,6 +64,9 @@ type Config struct {
 	// -rate per connection; "0": unshaped).
 	FirstByte time.Duration
 	Rate      string
+	// UploadRate paces each upload request's body at each node's proxy
+	// (gcsproxy -upload-rate; "": unshaped).
+	UploadRate string
 	// GCSMbit caps each node's GCS link (htb on the hub's port, traffic
 	// from the GCS address); PeerMbit caps its peer traffic in each
 	// direction (htb on the hub port for other sources, htb on the node's
@@ -397,7 +401,8 @@ func (h *Harness) startGCS(ctx context.Context) error {
 func (h *Harness) startProxy(ctx context.Context, n *Node) (string, error) {
 	p, r, err := h.start("gcsproxy-"+n.Name, h.Hub, filepath.Join(h.Dir, "gcsproxy-"+n.Name+".log"), &bytes.Buffer{}, nil,
 		filepath.Join(h.cfg.Bin, "gcsproxy"), "-listen", "198.18.0.254:0", "-upstream", h.EmuBase,
-		"-first-byte", h.cfg.FirstByte.String(), "-rate", h.cfg.Rate)
+		"-first-byte", h.cfg.FirstByte.String(), "-rate", h.cfg.Rate,
+		"-upload-rate", cmp.Or(h.cfg.UploadRate, "0"))
 	if err != nil {
 		return "", err
 	}

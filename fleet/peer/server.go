@@ -79,11 +79,14 @@ type ServerConfig struct {
 // ReadHeaderTimeout, on the fleet's peer_listen address.
 type Server struct {
 	// Immutable after NewServer.
-	cfg     ServerConfig
-	buckets map[string]bool
-	auth    *verifier
-	log     *slog.Logger
-	now     func() time.Time // the clock requests' times are checked against
+	cfg  ServerConfig
+	auth *verifier
+	// buckets are the buckets served: the configured ones, and those
+	// AllowBucket adds.
+	buckets   map[string]bool
+	bucketsMu sync.RWMutex // guards buckets
+	log       *slog.Logger
+	now       func() time.Time // the clock requests' times are checked against
 
 	bytes    atomic.Int64
 	outcomes [numOutcomes]atomic.Int64
@@ -126,6 +129,21 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	return s, nil
 }
 
+// AllowBucket lets peers read bucket from here too (a bucket this node
+// saved or restored a checkpoint in).
+func (s *Server) AllowBucket(bucket string) {
+	s.bucketsMu.Lock()
+	s.buckets[bucket] = true
+	s.bucketsMu.Unlock()
+}
+
+// serves reports whether peers may read bucket from here.
+func (s *Server) serves(bucket string) bool {
+	s.bucketsMu.RLock()
+	defer s.bucketsMu.RUnlock()
+	return s.buckets[bucket]
+}
+
 // ServeHTTP answers one request (see the package doc for the protocol).
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out, err := s.serve(w, r)
@@ -160,7 +178,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 	if err != nil {
 		return outcomeBadRequest, err
 	}
-	if !s.buckets[req.obj.Bucket] {
+	if !s.serves(req.obj.Bucket) {
 		return outcomeForbidden, fmt.Errorf("bucket %q is not served", req.obj.Bucket)
 	}
 	if req.chunked {

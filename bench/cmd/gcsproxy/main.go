@@ -3,8 +3,9 @@
 // behave like a link to GCS: every object download waits -first-byte
 // before its headers and is paced at -rate bytes per second per connection,
 // and a share of downloads can fail (-error-rate answers -error-status,
-// -reset-rate resets the connection mid-body). Metadata, list and upload
-// requests pass through unshaped. It is package linkshape as a process.
+// -reset-rate resets the connection mid-body); upload bodies are paced at
+// -upload-rate. Metadata and list requests pass through unshaped. It is
+// package linkshape as a process.
 //
 // It prints its base URL on the first line of stdout, serves
 // GET /_linkshape/status (the shape and the counters: media GETs, faulted,
@@ -45,6 +46,7 @@ func main() {
 		upstream    = flag.String("upstream", "", "base URL of the GCS-compatible endpoint, e.g. http://127.0.0.1:4443 (required)")
 		firstByte   = flag.Duration("first-byte", 20*time.Millisecond, "time to first byte of each object download")
 		rate        = flag.String("rate", "100MB", "bytes per second per connection, e.g. 100MB (0: unshaped)")
+		uploadRate  = flag.String("upload-rate", "0", "upload body bytes per second per request, e.g. 2MB (0: unshaped)")
 		errorRate   = flag.Float64("error-rate", 0, "share of object downloads answered with -error-status, in [0, 1]")
 		errorStatus = flag.Int("error-status", http.StatusServiceUnavailable, "status of -error-rate's answers: 429 or 5xx")
 		resetRate   = flag.Float64("reset-rate", 0, "share of object downloads reset mid-body, in [0, 1]")
@@ -53,7 +55,7 @@ func main() {
 		seed        = flag.Uint64("seed", 1, "seed of the fault draws")
 	)
 	flag.Parse()
-	cfg := config{listen: *listen, upstream: *upstream, firstByte: *firstByte, rate: *rate,
+	cfg := config{listen: *listen, upstream: *upstream, firstByte: *firstByte, rate: *rate, uploadRate: *uploadRate,
 		faults:      linkshape.Random{Seed: *seed, StatusRate: *errorRate, Status: *errorStatus, ResetRate: *resetRate, CorruptRate: *corruptRate},
 		resetWithin: *resetWithin}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -69,7 +71,7 @@ func main() {
 type config struct {
 	listen, upstream string
 	firstByte        time.Duration
-	rate             string
+	rate, uploadRate string
 	faults           linkshape.Random
 	resetWithin      string
 }
@@ -82,6 +84,10 @@ func serve(ctx context.Context, cfg config, out io.Writer) error {
 	bps, err := humanize.ParseBytes(cfg.rate)
 	if err != nil || bps > 1<<50 {
 		return fmt.Errorf("-rate %q: want a rate such as 100MB", cfg.rate)
+	}
+	ups, err := humanize.ParseBytes(cfg.uploadRate)
+	if err != nil || ups > 1<<50 {
+		return fmt.Errorf("-upload-rate %q: want a rate such as 2MB", cfg.uploadRate)
 	}
 	within, err := humanize.ParseBytes(cfg.resetWithin)
 	if err != nil || within > 1<<50 {
@@ -101,7 +107,8 @@ func serve(ctx context.Context, cfg config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	link := linkshape.New(proxy, linkshape.Shape{FirstByte: cfg.firstByte, BytesPerSec: int64(bps)}, plan)
+	link := linkshape.New(proxy, linkshape.Shape{FirstByte: cfg.firstByte, BytesPerSec: int64(bps),
+		UploadBytesPerSec: int64(ups)}, plan)
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return err
