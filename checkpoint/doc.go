@@ -27,11 +27,12 @@
 // Each save's files are uploaded on the store's own connections
 // (Config.Connections), so readers never wait for an upload's. A file up
 // to Config.PartSize is one object (one request, or a resumable upload in
-// 16 MiB chunks); a larger one is uploaded as up to 32 parts in parallel
-// under PREFIX/.cacheagent/parts/, composed, and the parts deleted (a
-// parallel composite upload: one file's upload uses many connections,
-// which a resumable upload cannot). Every object is written with
-// ifGenerationMatch=0 and its CRC32C (the one computed at the save), so
+// 16 MiB chunks above 16 MiB); a larger one is uploaded as parts of at
+// most Config.PartSize (up to 32: larger for files above 32 parts) in
+// parallel under PREFIX/.cacheagent/parts/ (each in one request up to 64
+// MiB), composed, and the parts deleted (a parallel composite upload:
+// one file's upload uses many connections, which a resumable upload
+// cannot). Every object is written with ifGenerationMatch=0 and its CRC32C (the one computed at the save), so
 // nothing existing is replaced and every copy is checked. Transient errors
 // (5xx, 429, resets) are retried with backoff for as long as the store
 // runs. The manifest, PREFIX/cacheagent-checkpoint.json (the files, their
@@ -46,6 +47,20 @@
 // Config.KeepLocal checkpoints of each run stay pinned, and the claim and
 // any parts are deleted.
 //
+// # Replicas
+//
+// With a Fleet, each save is pushed to Config.Replicas other members
+// (Fleet.Do: the daemon sends it over the peer port), which check every
+// file against its CRC32C, fsync it and hold it in their cache's budget;
+// then the save is durable at "peers". The upload starts after the
+// replication's first try: the replicas are the quick guard, and both
+// share this node's uplink. A member holding a replica sweeps it every 30
+// s and when the membership changes: committed, it is dropped; if its
+// saver has been out of the fleet for 10 s, the first live holder takes
+// the save over, uploads and commits it. The objects' save id keeps that
+// to one manifest whoever writes it, and a saver that comes back finds the
+// save committed and adopts its files.
+//
 // # State on disk
 //
 // Config.Dir/saves/<id>/ holds a save: journal.json (the manifest to be,
@@ -57,8 +72,9 @@
 // # Restoring
 //
 // Store.Restore reads the manifest, checks the objects, reads each file
-// through the cache (in fleet mode from the members holding it, so a
-// cluster restoring at once reads the checkpoint from GCS about once) and
+// through the cache (in fleet mode from the members holding it, the saver
+// first, so a cluster restoring at once reads the checkpoint from GCS
+// about once, or not at all while the saver is up) and
 // hard-links the cache's copy into the directory, or copies it, checking
 // its CRC32C.
 package checkpoint

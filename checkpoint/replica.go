@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/wait"
@@ -38,9 +39,10 @@ type Fleet interface {
 	// /v1/replicas/), with a body of size bytes (nil: none); a non-2xx
 	// answer is an error.
 	Do(ctx context.Context, member, method, path string, body io.Reader, size int64) error
-	// Prefer sends reads of the objects under prefix to member first
-	// (the agent that saved them holds them): a restore calls it.
-	Prefer(prefix object.URI, member string)
+	// Prefer has the fleet's reads of the objects under prefix served
+	// from member's copies (the agent that saved them holds them), on
+	// every member: a restore calls it before it reads.
+	Prefer(ctx context.Context, prefix object.URI, member string)
 }
 
 // ErrNoPeers means "peers" durability was asked of an agent without a
@@ -65,9 +67,11 @@ const replicaSweep = 30 * time.Second
 const takeoverGrace = 10 * time.Second
 
 // replicate pushes sv to Config.Replicas members until they all hold it,
-// or it is committed first.
-func (s *Store) replicate(sv *save) {
+// or it is committed first; it closes tried after its first try.
+func (s *Store) replicate(sv *save, tried chan struct{}) {
 	ctx := s.ctx
+	var once sync.Once
+	defer once.Do(func() { close(tried) })
 	for {
 		s.mu.Lock()
 		done := sv.j.Committed != 0 || sv.j.Failed != "" || len(sv.j.Replicas) >= s.cfg.Replicas
@@ -93,6 +97,7 @@ func (s *Store) replicate(sv *save) {
 			return
 		}
 		s.setLastErr(sv, err.Error())
+		once.Do(func() { close(tried) })
 		if wait.Sleep(ctx, replicaRetry) != nil {
 			return
 		}

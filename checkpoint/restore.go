@@ -38,7 +38,7 @@ func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Ow
 		return stats.Restore{}, err
 	}
 	if s.cfg.Fleet != nil && m.Node != s.cfg.Node {
-		s.cfg.Fleet.Prefer(u, m.Node) // it holds the files, unless it died
+		s.cfg.Fleet.Prefer(ctx, u, m.Node) // it holds the files, unless it died
 	}
 	root, err := openRestoreDir(dir, owner)
 	if err != nil {

@@ -38,7 +38,7 @@ const (
 // Defaults of zero Config fields.
 const (
 	DefaultConnections = 16
-	DefaultPartSize    = 64 << 20
+	DefaultPartSize    = 32 << 20
 	DefaultKeepLocal   = 2
 	// keepJournals is how many finished saves' records Status keeps.
 	keepJournals = 256
@@ -69,8 +69,8 @@ type Config struct {
 	Node string
 	// Connections bounds the uploads' concurrent requests (0: 16).
 	Connections int
-	// PartSize: files larger are uploaded as parts in parallel and
-	// composed (0: 64 MiB).
+	// PartSize: files larger are uploaded as parts of at most this size
+	// in parallel (up to 32) and composed (0: 32 MiB).
 	PartSize int64
 	// KeepLocal is how many newest committed checkpoints of each run (the
 	// prefix's parent) stay pinned in the cache (0: 2; negative: none).

@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +21,6 @@ import (
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/internal/wait"
 	"github.com/cacheagent/cacheagent/object"
-	"github.com/cacheagent/cacheagent/tier"
 )
 
 // Metadata keys of every object a save writes.
@@ -36,8 +33,11 @@ const (
 const (
 	// chunkAbove: files larger go as resumable uploads in chunks of
 	// uploadChunk (each chunk retried alone); smaller ones in one request.
-	chunkAbove  = 16 << 20
-	uploadChunk = 16 << 20
+	// Parts go in one request up to partChunkAbove: a part is retried
+	// alone already, and a resumable upload's chunks go one after another.
+	chunkAbove     = 16 << 20
+	partChunkAbove = 64 << 20
+	uploadChunk    = 16 << 20
 	// maxParts is GCS's limit of components per compose.
 	maxParts = 32
 	// Backoff of retried requests: from backoffMin, doubling, to
@@ -47,18 +47,25 @@ const (
 	backoffMax = 30 * time.Second
 )
 
-// claimName is the object that marks a prefix as owned by a save until it
-// commits or fails.
-const claimName = reservedDir + "claim"
-
 // start runs sv's upload, commit and adoption on a goroutine of the
-// store, and its replication on another (in fleet mode).
+// store, and its replication on another (in fleet mode). The upload waits
+// for the replication's first try: the replicas are the quick guard, and
+// they would share this node's uplink with it.
 func (s *Store) start(sv *save) {
-	s.wg.Go(func() { s.run(sv) })
 	if s.cfg.Fleet != nil && s.cfg.Replicas > 0 && !sv.j.Replica && sv.j.Committed == 0 &&
 		len(sv.j.Replicas) < s.cfg.Replicas {
-		s.wg.Go(func() { s.replicate(sv) })
+		tried := make(chan struct{})
+		s.wg.Go(func() { s.replicate(sv, tried) })
+		s.wg.Go(func() {
+			select {
+			case <-tried:
+				s.run(sv)
+			case <-s.ctx.Done():
+			}
+		})
+		return
 	}
+	s.wg.Go(func() { s.run(sv) })
 }
 
 // run uploads sv's files, commits the manifest and adopts the files into
@@ -126,7 +133,7 @@ func (s *Store) uploadFile(ctx context.Context, sv *save, i int) (object.Attrs, 
 	if f.Size > s.cfg.PartSize {
 		return s.uploadParts(ctx, sv, i, o)
 	}
-	return s.create(ctx, sv, o, dataPath(sv.dir, i), 0, f.Size, f.CRC32C)
+	return s.create(ctx, sv, o, dataPath(sv.dir, i), 0, f.Size, f.CRC32C, f.Size > chunkAbove)
 }
 
 // objectOf returns the object of sv's file name.
@@ -136,11 +143,12 @@ func (s *Store) objectOf(sv *save, name string) object.Object {
 }
 
 // create writes o from n bytes at off of the file at p, whose CRC32C is
-// crc, retrying transient errors; a write that finds o written by this
-// save already takes it.
-func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string, off, n int64, crc uint32) (object.Attrs, error) {
+// crc (a resumable upload if chunked), retrying transient errors; a write
+// that finds o written by this save already takes it.
+func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string, off, n int64, crc uint32,
+	chunked bool) (object.Attrs, error) {
 	opt := fetch.WriteOptions{CRC32C: crc, Metadata: s.metadata(sv)}
-	if n > chunkAbove {
+	if chunked {
 		opt.ChunkSize = uploadChunk
 	}
 	var a object.Attrs
@@ -164,8 +172,9 @@ func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string,
 	return a, err
 }
 
-// uploadParts uploads file i of sv as up to maxParts parts of at least
-// Config.PartSize, in parallel, composes them into o and deletes them.
+// uploadParts uploads file i of sv as up to maxParts parts of at most
+// Config.PartSize (larger when that makes more than maxParts), in
+// parallel, composes them into o and deletes them.
 func (s *Store) uploadParts(ctx context.Context, sv *save, i int, o object.Object) (object.Attrs, error) {
 	f := sv.j.Files[i]
 	p := dataPath(sv.dir, i)
@@ -182,7 +191,7 @@ func (s *Store) uploadParts(ctx context.Context, sv *save, i int, o object.Objec
 				return err
 			}
 			po := s.partOf(sv, i, int(k))
-			a, err := s.create(gctx, sv, po, p, off, m, crc)
+			a, err := s.create(gctx, sv, po, p, off, m, crc, m > partChunkAbove)
 			parts[k] = a.Object
 			return err
 		})
@@ -249,6 +258,14 @@ func (s *Store) owned(ctx context.Context, sv *save, o object.Object, n int64, c
 	a, md, err := s.cfg.Bucket.Metadata(ctx, o)
 	if err != nil {
 		return a, err
+	}
+	if md[metaSave] == sv.j.Save && (a.Size != n || a.CRC32C != crc) && strings.Contains(o.Name, "/"+reservedDir+"parts/") {
+		// This save's part, cut otherwise before a restart (part_size
+		// changed): removed, then written again.
+		if err := s.cfg.Bucket.Delete(ctx, a.Object); err != nil && !errors.Is(err, object.ErrNotFound) {
+			return a, fmt.Errorf("checkpoint: remove a stale part: %w", err)
+		}
+		return a, fmt.Errorf("checkpoint: %s was a part of another size; written again", a.Object)
 	}
 	if md[metaSave] != sv.j.Save || a.Size != n || a.CRC32C != crc {
 		return a, fmt.Errorf("%w: %s exists, written by save %q of %q", ErrBusy, a.Object, md[metaSave], md[metaNode])
@@ -336,258 +353,4 @@ func permanent(err error) bool {
 	var ge *googleapi.Error
 	return errors.As(err, &ge) && (ge.Code == http.StatusBadRequest || ge.Code == http.StatusUnauthorized ||
 		ge.Code == http.StatusForbidden)
-}
-
-// commit writes sv's manifest, last and conditionally: exactly one save
-// commits a prefix.
-func (s *Store) commit(ctx context.Context, sv *save) error {
-	s.mu.Lock()
-	m := sv.j.Manifest
-	m.Files = slices.Clone(m.Files)
-	s.mu.Unlock()
-	b, err := m.Encode()
-	if err != nil {
-		return err
-	}
-	o := s.objectOf(sv, ManifestName)
-	crc := crc32.Checksum(b, castagnoli)
-	var a object.Attrs
-	err = s.retry(ctx, sv, func() error {
-		release, err := s.acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer release()
-		a, err = s.cfg.Bucket.Create(ctx, o, bytes.NewReader(b), int64(len(b)),
-			fetch.WriteOptions{CRC32C: crc, Metadata: s.metadata(sv)})
-		if errors.Is(err, object.ErrExists) {
-			a, err = s.owned(ctx, sv, o, int64(len(b)), crc)
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	sv.j.Committed = a.Generation
-	j := sv.j
-	s.figures.Commits++
-	s.notifyLocked()
-	s.mu.Unlock()
-	s.log.Info("checkpoint: committed", "uri", sv.j.URI, "files", len(j.Files), "bytes", j.Bytes())
-	return writeJournal(sv.dir, &j)
-}
-
-// adopt makes sv's uploaded files cached objects of their generations,
-// keeps the run's newest checkpoints pinned, and removes the save's claim
-// and parts from the bucket.
-func (s *Store) adopt(ctx context.Context, sv *save) {
-	p := s.prefix(sv)
-	for i, f := range sv.j.Files {
-		dp := dataPath(sv.dir, i)
-		if _, err := os.Stat(dp); err != nil {
-			continue
-		}
-		a := object.Attrs{Object: object.Object{Bucket: p.Bucket, Name: p.Name + f.Name, Generation: f.Generation},
-			Size: f.Size, CRC32C: f.CRC32C, HasCRC32C: true, Updated: sv.j.Created}
-		if err := s.cfg.Cache.Adopt(ctx, a, dp, sv.hold); err != nil {
-			s.log.Warn("checkpoint: keep an uploaded file in the cache", "object", a.Object.String(), "err", err)
-		}
-	}
-	s.cleanBucket(ctx, sv)
-	s.dropReplicas(ctx, sv)
-	os.RemoveAll(filepath.Join(sv.dir, "data"))
-	s.record(sv, "the adoption", func(j *journal) {
-		if sv.hold != nil {
-			sv.hold.Release()
-			sv.hold = nil
-		}
-		j.Adopted = true
-	})
-	s.pinNewest(ctx, sv)
-	s.prune()
-}
-
-// cleanBucket deletes sv's part objects and its claim on the prefix.
-func (s *Store) cleanBucket(ctx context.Context, sv *save) {
-	parts := s.objectOf(sv, reservedDir+"parts/"+sv.j.Save+"/")
-	for a, err := range s.cfg.Bucket.List(ctx, parts.Bucket, parts.Name) {
-		if err != nil {
-			s.log.Warn("checkpoint: list parts left behind", "uri", sv.j.URI, "err", err)
-			break
-		}
-		if err := s.cfg.Bucket.Delete(ctx, a.Object); err != nil && !errors.Is(err, object.ErrNotFound) {
-			s.log.Warn("checkpoint: delete a part", "part", a.Object.String(), "err", err)
-		}
-	}
-	u, _ := object.ParsePrefix(sv.j.URI)
-	s.unclaim(u, sv.j.Save)
-}
-
-// fail ends sv for good: its objects are deleted from the bucket (nothing
-// half-committed stays), its files and dirty bytes dropped, the reason
-// kept.
-func (s *Store) fail(sv *save, err error) {
-	ctx := context.WithoutCancel(s.ctx)
-	s.log.Error("checkpoint: save failed", "uri", sv.j.URI, "err", err)
-	for _, f := range sv.j.Files {
-		if f.Generation == 0 {
-			continue
-		}
-		o := s.objectOf(sv, f.Name)
-		o.Generation = f.Generation
-		if derr := s.cfg.Bucket.Delete(ctx, o); derr != nil && !errors.Is(derr, object.ErrNotFound) {
-			s.log.Warn("checkpoint: delete an object of a failed save", "object", o.String(), "err", derr)
-		}
-	}
-	s.cleanBucket(ctx, sv)
-	os.RemoveAll(filepath.Join(sv.dir, "data"))
-	cause := "other"
-	switch {
-	case errors.Is(err, ErrChanged):
-		cause = "changed"
-	case errors.Is(err, ErrBusy):
-		cause = "conflict"
-	}
-	s.mu.Lock()
-	if sv.hold != nil {
-		sv.hold.Release()
-		sv.hold = nil
-	}
-	sv.j.Failed = err.Error()
-	for i := range sv.j.Files {
-		sv.j.Files[i].Generation = 0
-	}
-	sv.uploaded = 0
-	if s.figures.FailuresByCause == nil {
-		s.figures.FailuresByCause = make(map[string]int64)
-	}
-	s.figures.FailuresByCause[cause]++
-	j := sv.j
-	s.notifyLocked()
-	s.mu.Unlock()
-	if werr := writeJournal(sv.dir, &j); werr != nil {
-		s.log.Warn("checkpoint: record the failure", "uri", j.URI, "err", werr)
-	}
-}
-
-// checkUncommitted returns ErrCommitted if u holds a committed checkpoint.
-func (s *Store) checkUncommitted(ctx context.Context, u object.URI) error {
-	o := object.Object{Bucket: u.Bucket, Name: u.Path + ManifestName}
-	err := retryFew(ctx, func() error {
-		_, err := s.cfg.Bucket.Stat(ctx, o)
-		return err
-	})
-	switch {
-	case err == nil:
-		return fmt.Errorf("%w: %s", ErrCommitted, u)
-	case errors.Is(err, object.ErrNotFound):
-		return nil
-	}
-	return fmt.Errorf("checkpoint: save %s: %w", u, err)
-}
-
-// claim marks u as owned by save id (an empty object under the reserved
-// directory, written conditionally): another save of u is ErrBusy until
-// this one commits or fails. It also proves, before anything moves, that
-// the bucket exists and takes writes.
-func (s *Store) claim(ctx context.Context, u object.URI, id string) error {
-	o := object.Object{Bucket: u.Bucket, Name: u.Path + claimName}
-	err := retryFew(ctx, func() error {
-		_, err := s.cfg.Bucket.Create(ctx, o, bytes.NewReader(nil), 0,
-			fetch.WriteOptions{CRC32C: 0, Metadata: map[string]string{metaSave: id, metaNode: s.cfg.Node}})
-		return err
-	})
-	if errors.Is(err, object.ErrExists) {
-		a, md, merr := s.cfg.Bucket.Metadata(ctx, o)
-		if merr != nil {
-			return fmt.Errorf("%w: %s (its claim: %w)", ErrBusy, u, merr)
-		}
-		if md[metaSave] == id {
-			return nil
-		}
-		return fmt.Errorf("%w: %s is claimed by save %q of %q since %s", ErrBusy, u, md[metaSave], md[metaNode],
-			a.Updated.Format(time.RFC3339))
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: save %s: %w", u, err)
-	}
-	return nil
-}
-
-// unclaim deletes save id's claim on u, if it is still id's.
-func (s *Store) unclaim(u object.URI, id string) {
-	ctx := context.WithoutCancel(s.ctx)
-	o := object.Object{Bucket: u.Bucket, Name: u.Path + claimName}
-	a, md, err := s.cfg.Bucket.Metadata(ctx, o)
-	if err != nil || md[metaSave] != id {
-		return
-	}
-	if err := s.cfg.Bucket.Delete(ctx, a.Object); err != nil && !errors.Is(err, object.ErrNotFound) {
-		s.log.Warn("checkpoint: delete the claim", "uri", u.String(), "err", err)
-	}
-}
-
-// pinNewest keeps the newest Config.KeepLocal committed checkpoints of
-// sv's run (the prefix's parent) pinned in the cache and unpins the older
-// ones this agent saved.
-func (s *Store) pinNewest(ctx context.Context, sv *save) {
-	if s.cfg.KeepLocal < 0 {
-		return
-	}
-	run := runOf(sv.j.URI)
-	s.mu.Lock()
-	var runs []*save
-	for _, o := range s.saves {
-		if o.j.Adopted && o.j.Failed == "" && runOf(o.j.URI) == run {
-			runs = append(runs, o)
-		}
-	}
-	s.mu.Unlock()
-	slices.SortFunc(runs, func(a, b *save) int { return b.j.Created.Compare(a.j.Created) })
-	for i, o := range runs {
-		p := s.prefix(o)
-		var err error
-		if i < s.cfg.KeepLocal {
-			_, err = s.cfg.Cache.Pin(ctx, p.Bucket, p.Name)
-		} else {
-			_, err = s.cfg.Cache.Unpin(ctx, p.Bucket, p.Name)
-		}
-		if err != nil && !errors.Is(err, tier.ErrClosed) {
-			s.log.Warn("checkpoint: pin the newest checkpoints", "uri", o.j.URI, "err", err)
-		}
-	}
-}
-
-// runOf returns a checkpoint prefix's run: its parent, gs://b/run1/ for
-// gs://b/run1/step-1000/.
-func runOf(uri string) string {
-	t := strings.TrimSuffix(uri, "/")
-	if i := strings.LastIndexByte(t, '/'); i >= 0 && i >= len("gs://") {
-		return t[:i+1]
-	}
-	return uri
-}
-
-// prune forgets the oldest finished saves beyond keepJournals.
-func (s *Store) prune() {
-	s.mu.Lock()
-	var done []*save
-	for _, sv := range s.saves {
-		if sv.j.Adopted || sv.j.Failed != "" {
-			done = append(done, sv)
-		}
-	}
-	slices.SortFunc(done, func(a, b *save) int { return b.j.Created.Compare(a.j.Created) })
-	var gone []*save
-	if len(done) > keepJournals {
-		gone = done[keepJournals:]
-		for _, sv := range gone {
-			delete(s.saves, sv.j.Save)
-		}
-	}
-	s.mu.Unlock()
-	for _, sv := range gone {
-		os.RemoveAll(sv.dir)
-	}
 }

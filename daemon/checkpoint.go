@@ -75,7 +75,7 @@ func (s *CheckpointStore) Close() error {
 func (d *Daemon) openCheckpoints(ctx context.Context, cfg Config) error {
 	var fl checkpoint.Fleet
 	if d.peers != nil {
-		d.ckptFleet = newCkptFleet(d.peers)
+		d.ckptFleet = newCkptFleet(d.peers, d.log)
 		fl = d.ckptFleet
 	}
 	s, err := openCheckpointStore(ctx, cfg, d.cache, d.log, fl)

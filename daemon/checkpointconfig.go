@@ -14,8 +14,9 @@ type CheckpointConfig struct {
 	// from the reads' (fetch.connections): readers never wait for an
 	// upload's connection. Default 16.
 	Connections int `yaml:"connections"`
-	// PartSize: files larger are uploaded as parts in parallel (up to 32)
-	// and composed. Default 64MiB.
+	// PartSize: files larger are uploaded as parts of at most this size
+	// in parallel (up to 32; larger parts past that) and composed.
+	// Default 32MiB.
 	PartSize Size `yaml:"part_size"`
 	// KeepLocal is how many newest committed checkpoints of each run (the
 	// checkpoint prefix's parent) stay pinned in the cache. Default 2;

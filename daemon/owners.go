@@ -44,7 +44,7 @@ type fleetOwners struct {
 }
 
 // Owners ranks key's owners, this node marked; a checkpoint's preferred
-// holder (see prefer) comes first while it is live.
+// holder (see prefer) comes right after the owner while it is live.
 func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 	f := o.f.Load()
 	if f == nil {
@@ -59,18 +59,21 @@ func (o *fleetOwners) Owners(key placement.Key) []peer.Candidate {
 	}
 	out := make([]peer.Candidate, 0, len(ms)+1)
 	self := f.Name()
-	if p, ok := o.preferredFor(key); ok && p != self {
-		if fm, ok := f.Member(p); ok {
-			out = append(out, peer.Candidate{Name: p, Addr: fm.PeerAddr})
+	for _, m := range ms {
+		if m.Name == self {
+			out = append(out, peer.Candidate{Name: m.Name, Self: true})
+		} else if fm, ok := f.Member(m.Name); ok {
+			out = append(out, peer.Candidate{Name: m.Name, Addr: fm.PeerAddr})
 		}
 	}
-	for _, m := range ms {
-		switch fm, ok := f.Member(m.Name); {
-		case len(out) > 0 && m.Name == out[0].Name:
-		case m.Name == self:
-			out = append(out, peer.Candidate{Name: m.Name, Self: true})
-		case ok:
-			out = append(out, peer.Candidate{Name: m.Name, Addr: fm.PeerAddr})
+	// A checkpoint's saver holds its files: the owner fills from it (a
+	// fill asks the members after the owner for what they hold), and the
+	// others read from the owner, so each chunk leaves the saver about
+	// once.
+	if p, ok := o.preferredFor(key); ok && p != self && len(out) > 0 && out[0].Name != p {
+		if fm, ok := f.Member(p); ok {
+			out = slices.DeleteFunc(out, func(c peer.Candidate) bool { return c.Name == p })
+			out = slices.Insert(out, 1, peer.Candidate{Name: p, Addr: fm.PeerAddr})
 		}
 	}
 	return out[:min(len(out), fleetOwnersK)]

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +26,10 @@ import (
 // peer.Path; its requests are signed like the data plane's.
 const replicasPath = "/v1/replicas/"
 
+// holdersPath is the peer port's route where a member tells the others
+// which member holds a checkpoint's files (ckptFleet.Prefer).
+const holdersPath = "/v1/holders"
+
 // maxReplicaManifest bounds the manifest a replica begins with.
 const maxReplicaManifest = 16 << 20
 
@@ -36,15 +43,16 @@ const replicaTimeout = 30 * time.Second
 type ckptFleet struct {
 	f      atomic.Pointer[fleet.Fleet] // nil until the fleet starts
 	p      *peerPlane
+	log    *slog.Logger
 	client *http.Client
 	scheme string
 }
 
 // newCkptFleet returns the checkpoint store's view of the fleet of p; the
 // fleet itself is set once started.
-func newCkptFleet(p *peerPlane) *ckptFleet {
+func newCkptFleet(p *peerPlane, log *slog.Logger) *ckptFleet {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	c := &ckptFleet{p: p, scheme: "http", client: &http.Client{Transport: tr}}
+	c := &ckptFleet{p: p, log: log, scheme: "http", client: &http.Client{Transport: tr}}
 	if p.tls != nil {
 		tr.TLSClientConfig, c.scheme = p.tls.Client, "https"
 	}
@@ -121,10 +129,29 @@ func (c *ckptFleet) Do(ctx context.Context, member, method, path string, body io
 	return nil
 }
 
-// Prefer sends reads of the objects under prefix to member first.
-func (c *ckptFleet) Prefer(prefix object.URI, member string) {
+// Prefer has the objects under prefix filled from member (see
+// fleetOwners.Owners), here and on every other live member: an owner may
+// fill for another member's restore before its own restore begins.
+func (c *ckptFleet) Prefer(ctx context.Context, prefix object.URI, member string) {
 	c.p.owners.prefer(prefix, member)
 	c.p.srv.AllowBucket(prefix.Bucket)
+	f := c.f.Load()
+	if f == nil {
+		return
+	}
+	q := url.Values{"uri": {prefix.String()}, "node": {member}}
+	var wg sync.WaitGroup
+	for _, m := range f.Members() {
+		if m.Name == f.Name() || m.State == fleet.StateDead {
+			continue
+		}
+		wg.Go(func() {
+			if err := c.Do(ctx, m.Name, http.MethodPost, holdersPath+"?"+q.Encode(), nil, 0); err != nil {
+				c.log.Debug("checkpoint: tell a member who holds a checkpoint", "member", m.Name, "err", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // close releases the client's idle connections.
@@ -177,18 +204,35 @@ func replied(w http.ResponseWriter, err error) {
 }
 
 // peerHandler routes the peer port: replicas (when the store takes them)
-// behind the data plane's authentication, the rest to the object server.
+// and holders behind the data plane's authentication, the rest to the
+// object server.
 func peerHandler(p *peerPlane, store *checkpoint.Store) (http.Handler, error) {
 	if store == nil {
 		return p.srv, nil
 	}
-	rh, err := peer.Authenticated(p.key, replicaHandler(store))
+	mux := http.NewServeMux()
+	mux.Handle(replicasPath, replicaHandler(store))
+	mux.HandleFunc("POST "+holdersPath, func(w http.ResponseWriter, r *http.Request) {
+		u, err := object.ParsePrefix(r.URL.Query().Get("uri"))
+		node := r.URL.Query().Get("node")
+		if err == nil && (node == "" || len(node) > 256) {
+			err = fmt.Errorf("node %q", node)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		p.owners.prefer(u, node)
+		p.srv.AllowBucket(u.Bucket)
+		w.WriteHeader(http.StatusNoContent)
+	})
+	authed, err := peer.Authenticated(p.key, mux)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: fleet: %w", err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if strings.HasPrefix(r.URL.Path, replicasPath) {
-			rh.ServeHTTP(w, r)
+		if strings.HasPrefix(r.URL.Path, replicasPath) || r.URL.Path == holdersPath {
+			authed.ServeHTTP(w, r)
 			return
 		}
 		p.srv.ServeHTTP(w, r)
@@ -199,14 +243,14 @@ func peerHandler(p *peerPlane, store *checkpoint.Store) (http.Handler, error) {
 // checkpoints most recently restored.
 const maxPreferred = 64
 
-// preferred is the member that reads of one checkpoint's objects go to
-// first: the agent that saved it holds its files.
+// preferred is the member that the owners of one checkpoint's objects
+// fill them from: the agent that saved it holds its files.
 type preferred struct {
 	bucket, prefix, member string
 }
 
-// prefer sends reads of the objects under u to member first, for as long
-// as it is live.
+// prefer has the owners of the objects under u fill them from member, for
+// as long as it is live.
 func (o *fleetOwners) prefer(u object.URI, member string) {
 	o.prefMu.Lock()
 	defer o.prefMu.Unlock()
