@@ -10,7 +10,8 @@
 # epochs of N nodes; 3 capacity (D = 2.5·B); 4 SIGKILL mid-epoch; 5 one node
 # with a fleet section vs without (-solo-objects, -solo-rounds, -solo-warm);
 # 6 rank-aware loading (-shards, -rows, -row-bytes, -loader-epochs); 7 the hot
-# spot (-hot-size, -hot-gcs-mbit).
+# spot (-hot-size, -hot-gcs-mbit); 8 checkpoints (-ckpt-size; not in the default
+# phases: run it with -phases 8).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

@@ -19,7 +19,7 @@ import (
 // Checkpoint test sizes: ckptFiles files of ckptFileSize bytes.
 const (
 	ckptFiles    = 4
-	ckptFileSize = 8 << 20
+	ckptFileSize = 64 << 20
 )
 
 // TestCheckpoint runs the checkpoint scenarios on one fleet of three,

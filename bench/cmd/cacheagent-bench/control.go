@@ -282,14 +282,21 @@ type benchDaemon struct {
 // startBenchDaemon starts `cacheagent serve` (found by cli.LookPath) on a
 // config in dir and waits for its READY=1 on a notify socket.
 func startBenchDaemon(ctx context.Context, dir, endpoint string) (*benchDaemon, error) {
+	return startBenchDaemonConfig(ctx, dir, fmt.Sprintf("tiers: {disk: {dir: %q}}\nfetch: {endpoint: %q}\n",
+		filepath.Join(dir, "cache"), endpoint))
+}
+
+// startBenchDaemonConfig starts cacheagent serve in dir with the config
+// sections conf (its tiers and fetch at least) and a control socket and
+// metrics of its own.
+func startBenchDaemonConfig(ctx context.Context, dir, conf string) (*benchDaemon, error) {
 	exe, err := cli.LookPath("cacheagent")
 	if err != nil {
 		return nil, fmt.Errorf("bench control: the daemon it measures, cacheagent, is neither beside "+
 			"cacheagent-bench nor on PATH; build it beside it: go build -o DIR/cacheagent ./cmd/cacheagent: %w", err)
 	}
 	sock := filepath.Join(dir, "control.sock")
-	cfg := fmt.Sprintf("tiers: {disk: {dir: %q}}\nfetch: {endpoint: %q}\ncontrol: {socket: %q}\n"+
-		"metrics: {listen: \"127.0.0.1:0\"}\n", filepath.Join(dir, "cache"), endpoint, sock)
+	cfg := conf + fmt.Sprintf("control: {socket: %q}\nmetrics: {listen: \"127.0.0.1:0\"}\n", sock)
 	cfgPath := filepath.Join(dir, "cacheagent.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return nil, err

@@ -38,6 +38,7 @@ benchmarks. It takes cacheagent's common flags (--cache-dir, --endpoint, --confi
 		newBenchGPUCmd(opts),
 		newBenchControlCmd(opts),
 		newBenchControlLoadCmd(opts),
+		newBenchCheckpointCmd(opts),
 	)
 	return root
 }

@@ -32,14 +32,11 @@ func hotSpot(ctx context.Context, o opts) error {
 	S := o.hotSize
 	cfg := o.cfg(N, 2*S, false)
 	cfg.Objects, cfg.Size, cfg.GCSMbit = 1, S, o.hotGCSMbit
-	h, err := start(ctx, cfg)
+	h, err := startAlive(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
-		return err
-	}
 	own := "whole-object ownership"
 	if S > placement.DefaultChunkSize {
 		own = fmt.Sprintf("%d chunks of %s", placement.Chunks(S, placement.DefaultChunkSize), mib(placement.DefaultChunkSize))

@@ -3,7 +3,7 @@
 // the figures of issue 18's "Performance" section as counts and ratios.
 // It needs root; bench/fleet.sh builds the binaries and runs it.
 //
-//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 1234567]
+//	fleet -bin DIR [-nodes 3] [-objects 48] [-size 2MiB] [-gcs-mbit 40] [-peer-mbit 160] [-phases 12345678]
 //
 // An epoch is every node reading every object of the dataset once
 // (`cacheagent cat` through its daemon, -readers at a time per node, each
@@ -27,7 +27,10 @@
 //     the node shuffle over an .npy dataset, peer and GCS bytes per epoch;
 //  7. the hot spot (hotspot.go): one object cached by its owner, read by
 //     every node at once: time against its size over the peer rate, and
-//     the busiest server's bytes against the mean.
+//     the busiest server's bytes against the mean;
+//  8. checkpoints (checkpoint.go): a save with --wait peers against C over
+//     the peer rate, restores on all nodes at once against each node
+//     restoring from GCS alone, and the saver SIGKILLed after its replica.
 //
 // Every byte read is compared with the emulator's content (phase 6: each
 // sample's rows with its id; phase 7: `cacheagent verify`).
@@ -74,6 +77,8 @@ type opts struct {
 	// Phase 7: the hot object's size and the GCS rate while it is warmed.
 	hotSize    int64
 	hotGCSMbit int
+	// Phase 8: the checkpoint's size.
+	ckptSize int64
 }
 
 func main() {
@@ -102,14 +107,17 @@ func main() {
 	var hot string
 	flag.StringVar(&hot, "hot-size", "256MiB", "phase 7: size of the hot object")
 	flag.IntVar(&o.hotGCSMbit, "hot-gcs-mbit", 0, "phase 7: GCS link rate while the owner warms the hot object (0: uncapped)")
+	var ckpt string
+	flag.StringVar(&ckpt, "ckpt-size", "1GiB", "phase 8: size of the checkpoint")
 	flag.Parse()
 	n, err := humanize.ParseBytes(size)
 	hn, herr := humanize.ParseBytes(hot)
-	if err != nil || herr != nil || o.bin == "" {
-		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size and -hot-size must be sizes")
+	cn, cerr := humanize.ParseBytes(ckpt)
+	if err != nil || herr != nil || cerr != nil || o.bin == "" {
+		fmt.Fprintln(os.Stderr, "fleet: -bin is required and -size, -hot-size and -ckpt-size must be sizes")
 		os.Exit(2)
 	}
-	o.size, o.hotSize = int64(n), int64(hn)
+	o.size, o.hotSize, o.ckptSize = int64(n), int64(hn), int64(cn)
 	if o.reader != "cat" && o.reader != "prefetch" {
 		fmt.Fprintf(os.Stderr, "fleet: -reader %q: want cat or prefetch\n", o.reader)
 		os.Exit(2)
@@ -134,6 +142,20 @@ func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
 		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
 		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: o.connections,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+}
+
+// startAlive starts a harness with cfg and waits until every member is
+// alive; the caller closes it.
+func startAlive(ctx context.Context, cfg fleettest.Config) (*fleettest.Harness, error) {
+	h, err := start(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.WaitAlive(ctx, 30*time.Second); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
 }
 
 // start starts a harness with cfg, closing it when Start fails.
@@ -411,7 +433,7 @@ func run(ctx context.Context, o opts) error {
 	for _, p := range []struct {
 		digit string
 		run   func(context.Context, opts) error
-	}{{"5", solo}, {"6", rankAware}, {"7", hotSpot}} {
+	}{{"5", solo}, {"6", rankAware}, {"7", hotSpot}, {"8", checkpoints}} {
 		if strings.Contains(o.phases, p.digit) {
 			if err := p.run(ctx, o); err != nil {
 				return fmt.Errorf("phase %s: %w", p.digit, err)
