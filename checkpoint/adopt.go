@@ -20,28 +20,6 @@ import (
 // castagnoli is the CRC32C table.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Owner is the user a save or restore is done for: the files saved must be
-// theirs, and the files restored are made theirs. A nil *Owner checks
-// nothing (an in-process caller, or root).
-type Owner struct {
-	UID, GID int
-}
-
-// owns reports whether o may take a file of uid.
-func (o *Owner) owns(uid uint32) bool { return o == nil || o.UID == 0 || uint32(o.UID) == uid }
-
-// checkOwner returns ErrPermission unless owner owns the file fi (at p).
-func checkOwner(fi fs.FileInfo, owner *Owner, p string) error {
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return fmt.Errorf("checkpoint: %s: no owner information", p)
-	}
-	if !owner.owns(st.Uid) {
-		return fmt.Errorf("%w: %s belongs to uid %d", ErrPermission, p, st.Uid)
-	}
-	return nil
-}
-
 // linkat hard-links name in dir as newname in newdir.
 func linkat(dir *os.File, name string, newdir *os.File, newname string) error {
 	return unix.Linkat(int(dir.Fd()), name, int(newdir.Fd()), newname, 0)
@@ -58,8 +36,9 @@ type found struct {
 // scan lists the regular files under root (the directory to save), with
 // their sizes, refusing anything else (ErrUnsafeFile: symlinks, devices,
 // sockets, pipes), names no object can have, and files or directories of
-// another user than owner (ErrPermission).
-func scan(root *os.Root, u object.URI, owner *Owner) ([]found, error) {
+// another user than owner (ErrPermission; the top directory of a staged
+// save is the agent's).
+func scan(root *os.Root, u object.URI, owner *Owner, staged bool) ([]found, error) {
 	var out []found
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -69,15 +48,17 @@ func scan(root *os.Root, u object.URI, owner *Owner) ([]found, error) {
 		if err != nil {
 			return err
 		}
-		if err := checkOwner(fi, owner, p); err != nil {
-			return err
+		if !(staged && p == ".") {
+			if err := checkOwner(fi, owner, p); err != nil {
+				return err
+			}
 		}
 		st := fi.Sys().(*syscall.Stat_t)
 		switch {
 		case d.IsDir():
 			return nil
 		case !fi.Mode().IsRegular():
-			return fmt.Errorf("%w: %s is a %s", ErrUnsafeFile, p, kind(fi.Mode()))
+			return NotRegular(p, fi.Mode())
 		}
 		if err := CheckName(u, p); err != nil {
 			return err
@@ -92,6 +73,11 @@ func scan(root *os.Root, u object.URI, owner *Owner) ([]found, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// NotRegular is the ErrUnsafeFile error for name, of mode m.
+func NotRegular(name string, m fs.FileMode) error {
+	return fmt.Errorf("%w: %s is a %s", ErrUnsafeFile, name, kind(m))
 }
 
 // kind names a non-regular file mode.
@@ -149,7 +135,9 @@ func take(root *os.Root, files []found, data string) (out []File, undo func() er
 		switch {
 		case rerr == nil:
 			moved = append(moved, i)
-		case errors.Is(rerr, unix.EXDEV):
+		case errors.Is(rerr, unix.EXDEV) || errors.Is(rerr, unix.EACCES) || errors.Is(rerr, unix.EPERM):
+			// Another filesystem, or a directory the agent may read
+			// but not change (it runs without CAP_DAC_OVERRIDE).
 			if err := copyIn(root, f, dd, dst); err != nil {
 				return nil, nil, err
 			}
@@ -211,6 +199,13 @@ func copyIn(root *os.Root, f found, dir *os.File, dst string) error {
 		unix.Unlinkat(int(dir.Fd()), dst, 0)
 		return err
 	}
+	// The copy keeps the file's modification time, which checkTaken
+	// compares with scan's.
+	ts := []unix.Timespec{unix.NsecToTimespec(f.mtime.UnixNano()), unix.NsecToTimespec(f.mtime.UnixNano())}
+	if err := unix.UtimesNanoAt(int(dir.Fd()), dst, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		unix.Unlinkat(int(dir.Fd()), dst, 0)
+		return fmt.Errorf("checkpoint: copy %s: %w", f.name, err)
+	}
 	return nil
 }
 
@@ -219,6 +214,10 @@ func copyIn(root *os.Root, f found, dir *os.File, dst string) error {
 // CRC32C, read whole; a file that changes while it is read is ErrChanged.
 func checkTaken(dir *os.File, dst string, f found, moved bool) (uint32, error) {
 	fd, err := unix.Openat(int(dir.Fd()), dst, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.EACCES) {
+		return 0, fmt.Errorf("%w: the agent may not read %s (it runs without CAP_DAC_OVERRIDE: give the file "+
+			"group read in a staging directory)", ErrPermission, f.name)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("checkpoint: %s: %w", f.name, err)
 	}

@@ -83,16 +83,22 @@ func (e *env) writeTree(files map[string][]byte) string {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	writeFiles(e.t, dir, files)
+	return dir
+}
+
+// writeFiles writes files under dir.
+func writeFiles(t testing.TB, dir string, files map[string][]byte) {
+	t.Helper()
 	for name, b := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			e.t.Fatal(err)
+			t.Fatal(err)
 		}
 		if err := os.WriteFile(p, b, 0o644); err != nil {
-			e.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
-	return dir
 }
 
 // dcpFiles returns a DCP-style checkpoint: a metadata file and shards, one

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/stats"
@@ -75,10 +77,8 @@ func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Ow
 // root.
 func openRestoreDir(dir string, owner *Owner) (*os.Root, error) {
 	if err := os.Mkdir(dir, 0o755); err == nil {
-		if owner != nil {
-			if err := os.Chown(dir, owner.UID, owner.GID); err != nil {
-				return nil, fmt.Errorf("checkpoint: %w", err)
-			}
+		if err := giveNew(dir, owner); err != nil {
+			return nil, err
 		}
 	} else if !errors.Is(err, os.ErrExist) {
 		return nil, fmt.Errorf("checkpoint: restore: %w", err)
@@ -90,7 +90,7 @@ func openRestoreDir(dir string, owner *Owner) (*os.Root, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("checkpoint: restore: %s is not a directory", dir)
 	}
-	if err := checkOwner(fi, owner, dir); err != nil {
+	if err := checkOwner(fi, owner, dir); err != nil && !given(dir, owner) {
 		return nil, err
 	}
 	return os.OpenRoot(dir)
@@ -117,6 +117,39 @@ func (s *Store) restoreFile(ctx context.Context, root *os.Root, o object.Object,
 	return false, copyInto(root, h, f, owner)
 }
 
+// giveNew makes dir, which the agent just created, owner's: chowned where
+// the agent may, else given by an ACL (GiveDir).
+func giveNew(dir string, owner *Owner) error {
+	if owner == nil {
+		return nil
+	}
+	err := os.Lchown(dir, owner.UID, owner.GID)
+	if errors.Is(err, unix.EPERM) {
+		return GiveDir(dir, owner)
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	return nil
+}
+
+// given reports whether dir, the agent's, was given to owner by an ACL
+// (GiveDir): an existing restore directory owner may use.
+func given(dir string, owner *Owner) bool {
+	b := make([]byte, 256)
+	n, err := unix.Lgetxattr(dir, "system.posix_acl_access", b)
+	if err != nil || n < 4 {
+		return false
+	}
+	for e := b[4:n]; len(e) >= 8; e = e[8:] {
+		tag, perm, id := binary.LittleEndian.Uint16(e), binary.LittleEndian.Uint16(e[2:]), binary.LittleEndian.Uint32(e[4:])
+		if tag == aclUser && id == uint32(owner.UID) && perm&7 == 7 {
+			return true
+		}
+	}
+	return false
+}
+
 // mkdirsAs creates the parent directories of name in root, as owner's.
 func mkdirsAs(root *os.Root, name string, owner *Owner) error {
 	dir := filepath.Dir(filepath.FromSlash(name))
@@ -129,8 +162,8 @@ func mkdirsAs(root *os.Root, name string, owner *Owner) error {
 		err := root.Mkdir(p, 0o755)
 		switch {
 		case err == nil && owner != nil:
-			if err := root.Lchown(p, owner.UID, owner.GID); err != nil {
-				return fmt.Errorf("checkpoint: %w", err)
+			if err := giveNew(filepath.Join(root.Name(), p), owner); err != nil {
+				return err
 			}
 		case err != nil && !errors.Is(err, os.ErrExist):
 			return fmt.Errorf("checkpoint: %w", err)
@@ -174,7 +207,9 @@ func copyInto(root *os.Root, h *tier.Handle, f File, owner *Owner) error {
 	case hash.Sum32() != f.CRC32C:
 		err = fmt.Errorf("%w: %s", object.ErrChecksum, f.Name)
 	case owner != nil:
-		err = w.Chown(owner.UID, owner.GID)
+		if err = w.Chown(owner.UID, owner.GID); errors.Is(err, unix.EPERM) {
+			err = nil // no CAP_CHOWN: the agent's, readable, in a directory given to owner
+		}
 	}
 	if err == nil {
 		err = w.Sync()

@@ -249,9 +249,11 @@ type SaveOptions struct {
 	// Owner is the user saving: the directory and its files must be
 	// theirs (nil: no check).
 	Owner *Owner
-	// RemoveDir removes the directory once its files are saved (a staging
-	// directory); otherwise the emptied directory tree is left.
-	RemoveDir bool
+	// Staged marks a staging directory, one the agent made and gave to
+	// Owner (GiveDir): its top is the agent's, not the owner's, and it is
+	// removed once its files are saved. Otherwise the emptied directory
+	// tree is left.
+	Staged bool
 }
 
 // Save takes the files under dir (regular files only; anything else is
@@ -277,7 +279,7 @@ func (s *Store) Save(ctx context.Context, dir string, u object.URI, opt SaveOpti
 		return stats.Checkpoint{}, fmt.Errorf("checkpoint: save %s: %w", dir, err)
 	}
 	defer root.Close()
-	found, err := scan(root, u, opt.Owner)
+	found, err := scan(root, u, opt.Owner, opt.Staged)
 	if err != nil {
 		return stats.Checkpoint{}, fmt.Errorf("checkpoint: save %s: %w", dir, err)
 	}
@@ -321,7 +323,7 @@ func (s *Store) Save(ctx context.Context, dir string, u object.URI, opt SaveOpti
 	if err != nil {
 		return abandon(errors.Join(err, undo()))
 	}
-	if opt.RemoveDir {
+	if opt.Staged {
 		root.Close()
 		if err := os.RemoveAll(dir); err != nil {
 			s.log.Warn("checkpoint: remove the staging directory", "dir", dir, "err", err)

@@ -197,7 +197,7 @@ func TestChangedWhileTaken(t *testing.T) {
 	}
 	defer root.Close()
 	u := uri(t, "p/")
-	found, err := scan(root, u, nil)
+	found, err := scan(root, u, nil, false)
 	if err != nil || len(found) != 3 {
 		t.Fatalf("scan = %v, %v", found, err)
 	}

@@ -180,7 +180,7 @@ func (d *Daemon) handleCheckpointSave(w http.ResponseWriter, r *http.Request) {
 	d.servePeers(u.Bucket)
 	staging := filepath.Join(d.ckptDir(), "staging") + string(filepath.Separator)
 	info, err := d.ckpt.Save(r.Context(), dir, u,
-		checkpoint.SaveOptions{Owner: owner, RemoveDir: strings.HasPrefix(dir, staging)})
+		checkpoint.SaveOptions{Owner: owner, Staged: strings.HasPrefix(dir, staging)})
 	if err == nil && cmp.Or(req.Wait, control.DurabilityLocal) != control.DurabilityLocal {
 		info, err = d.ckpt.Wait(r.Context(), u, req.Wait)
 	}
@@ -217,12 +217,10 @@ func (d *Daemon) handleCheckpointStaging(w http.ResponseWriter, r *http.Request)
 		writeError(w, err)
 		return
 	}
-	if owner != nil {
-		if err := os.Chown(dir, owner.UID, owner.GID); err != nil {
-			os.Remove(dir)
-			writeError(w, err)
-			return
-		}
+	if err := checkpoint.GiveDir(dir, owner); err != nil {
+		os.Remove(dir)
+		writeError(w, err)
+		return
 	}
 	writeJSON(w, http.StatusOK, control.CheckpointDir{Dir: dir})
 }

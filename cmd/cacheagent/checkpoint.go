@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"text/tabwriter"
 	"time"
@@ -61,7 +62,7 @@ DIR's files are moved, not copied: afterwards DIR holds only its emptied subdire
 			}
 			var info stats.Checkpoint
 			err = withCache(cmd, opts, func(c *control.Client) (err error) {
-				info, err = c.SaveCheckpoint(cmd.Context(), dir, u.String(), wait)
+				info, err = saveThrough(cmd.Context(), c, dir, u.String(), wait)
 				return err
 			}, func(a *cli.Agent) error {
 				return withStore(cmd.Context(), opts, a, func(s *daemon.CheckpointStore) (err error) {
@@ -87,6 +88,46 @@ DIR's files are moved, not copied: afterwards DIR holds only its emptied subdire
 	cmd.Flags().StringVar(&wait, "wait", checkpoint.Local, "durability to wait for: local, peers or gcs")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the checkpoint's state as JSON")
 	return cmd
+}
+
+// saveThrough saves dir through the daemon: this process, with its user's
+// permissions, moves the files into a staging directory the daemon gives
+// (the daemon may not see dir, nor be allowed to change it), and puts them
+// back if the daemon refuses the save.
+func saveThrough(ctx context.Context, c *control.Client, dir, uri, wait string) (stats.Checkpoint, error) {
+	staging, err := c.CheckpointStaging(ctx)
+	if err != nil {
+		return stats.Checkpoint{}, err
+	}
+	undo, err := checkpoint.Stage(dir, staging)
+	if err != nil {
+		os.RemoveAll(staging)
+		return stats.Checkpoint{}, err
+	}
+	info, err := c.SaveCheckpoint(ctx, staging, uri, wait)
+	if _, serr := os.Stat(staging); err != nil && serr == nil {
+		// Refused: the daemon put the files back in staging (a save it
+		// took, failing only to reach wait, removed the directory).
+		if uerr := undo(); uerr != nil {
+			return info, errors.Join(err, uerr)
+		}
+		os.RemoveAll(staging)
+	}
+	return info, err
+}
+
+// restoreThrough restores the checkpoint at uri into dir through the
+// daemon: into a fresh directory it gives, from which this process moves
+// the files (with its user's permissions) into dir.
+func restoreThrough(ctx context.Context, c *control.Client, uri, dir string) (stats.Restore, error) {
+	res, err := c.RestoreCheckpoint(ctx, uri, "")
+	if err != nil {
+		return res, err
+	}
+	copied, err := checkpoint.Place(res.Dir, dir)
+	res.Dir = dir
+	res.Linked = max(res.Linked-copied, 0)
+	return res, err
 }
 
 // withStore opens the standalone checkpoint store over a and runs f.
@@ -236,7 +277,7 @@ filesystem (read-only), else a copy whose CRC32C is checked. Nothing in DIR is o
 			}
 			var res stats.Restore
 			err = withCache(cmd, opts, func(c *control.Client) (err error) {
-				res, err = c.RestoreCheckpoint(cmd.Context(), u.String(), dir)
+				res, err = restoreThrough(cmd.Context(), c, u.String(), dir)
 				return err
 			}, func(a *cli.Agent) error {
 				return withStore(cmd.Context(), opts, a, func(s *daemon.CheckpointStore) (err error) {

@@ -36,6 +36,7 @@ type daemonProc struct {
 	cacheDir string
 	notes    chan string // notify lines (READY=1, STATUS=…, STOPPING=1, WATCHDOG=1)
 	logs     *logSink
+	wrap     []string // a command that runs the daemon (setpriv …), if any
 
 	readers sync.WaitGroup // stderr and notify readers
 	waiter  sync.WaitGroup // the goroutine waiting for the process
@@ -87,7 +88,8 @@ func (p *daemonProc) start(env ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd = exec.Command(binPath, "serve", "--config", p.config, "--log-level", "debug")
+	args := append(append([]string(nil), p.wrap...), binPath, "serve", "--config", p.config, "--log-level", "debug")
+	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Env = append(append(os.Environ(), "NOTIFY_SOCKET="+notifyPath), env...)
 	p.cmd.Stderr = pw
 	if err := p.cmd.Start(); err != nil {

@@ -5,6 +5,7 @@ cache's copies), an abandoned save, a second save of a committed prefix."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ def _files() -> dict:
     }
 
 
-def test_save_wait_list_restore(daemon: Env) -> None:
+def test_save_wait_list_restore(daemon: Env, tmp_path: Path) -> None:
     files = _files()
     uri = RUN + "step-100/"
     with ckpt.save(uri, socket=daemon.socket) as ck:
@@ -47,6 +48,14 @@ def test_save_wait_list_restore(daemon: Env) -> None:
         assert r.info["linked"] == len(files)
         d = r.dir
     assert not d.exists()  # a fresh restore directory goes with the block
+    out = tmp_path / "restored"
+    r = ckpt.restore(uri, out, socket=daemon.socket)
+    assert r.dir == out
+    for name, data in files.items():
+        assert (out / name).read_bytes() == data
+    with pytest.raises(FileExistsError):
+        ckpt.restore(uri, out, socket=daemon.socket)  # nothing is overwritten
+    assert (out / "model.pt").read_bytes() == files["model.pt"]
 
 
 def test_abandoned_save_commits_nothing(daemon: Env) -> None:

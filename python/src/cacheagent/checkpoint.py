@@ -28,6 +28,7 @@ Restored files are hard links to the daemon's cached copies where it can
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from pathlib import Path
@@ -212,14 +213,50 @@ class Restore:
 
 def restore(uri: str, dir: Optional["os.PathLike[str] | str"] = None, *, client: Optional[Client] = None,
             socket: str = DEFAULT_SOCKET) -> Restore:
-    """Place the committed checkpoint at ``uri`` in ``dir`` (a path the
-    daemon can reach; created if missing, nothing in it overwritten), or in a
-    fresh directory removed when the ``with`` block ends. Each file is read
-    through the cache (in fleet mode from the members that hold it) and
-    checked against the manifest's CRC32C."""
-    body: Dict[str, Any] = {"uri": uri}
-    if dir is not None:
-        body["dir"] = os.path.abspath(os.fspath(dir))
-    info = _call(client, socket, lambda c: c._request("POST", "/v1/checkpoints/restore", body,
+    """Place the committed checkpoint at ``uri`` in ``dir`` (created if
+    missing, nothing in it overwritten), or in a fresh directory removed when
+    the ``with`` block ends. Each file is read through the cache (in fleet
+    mode from the members that hold it) and checked against the manifest's
+    CRC32C. The daemon restores into a fresh directory it gives this user;
+    with ``dir``, this process then moves the files there (renamed, hard
+    links into the cache staying so, or copied to another filesystem), so
+    ``dir`` need not be visible to the daemon."""
+    info = _call(client, socket, lambda c: c._request("POST", "/v1/checkpoints/restore", {"uri": uri},
                                                        timeout=c.fetch_timeout))
-    return Restore(uri, info, fresh=dir is None)
+    if dir is None:
+        return Restore(uri, info, fresh=True)
+    target = os.path.abspath(os.fspath(dir))
+    info["linked"] = max(info.get("linked", 0) - _place(info["dir"], target), 0)
+    info["dir"] = target
+    return Restore(uri, info, fresh=False)
+
+
+def _place(src: str, dst: str) -> int:
+    """Move the files under ``src`` to the same paths under ``dst``; return
+    how many were copied (another filesystem). An existing path in ``dst``
+    is an error before anything moves."""
+    files = []
+    for top, _, names in os.walk(src):
+        for n in names:
+            rel = os.path.relpath(os.path.join(top, n), src)
+            if os.path.lexists(os.path.join(dst, rel)):
+                raise FileExistsError(f"cacheagent: {os.path.join(dst, rel)} exists: nothing is overwritten")
+            files.append(rel)
+    copied = 0
+    for rel in files:
+        a, b = os.path.join(src, rel), os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(b), exist_ok=True)
+        try:
+            os.rename(a, b)
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EACCES, errno.EPERM):
+                raise
+            shutil.copyfile(a, b)
+            fd = os.open(b, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            copied += 1
+    shutil.rmtree(src, ignore_errors=True)
+    return copied
