@@ -182,7 +182,8 @@ type FetchConfig struct {
 	// ChecksumAttempts is how many rounds of reads a download may take
 	// before a CRC32C mismatch fails it (fetch.Config.ChecksumAttempts):
 	// the second reads the object again, later ones only the parts the
-	// reads disagree on. Default 4.
+	// reads disagree on, or everything through other ranges when they all
+	// agree. Default 8.
 	ChecksumAttempts int `yaml:"checksum_attempts"`
 }
 

@@ -13,15 +13,34 @@ import (
 // computed as bytes stream in, whatever ranges carried them. A unit whose
 // bytes now in the destination have the CRC an earlier read of it had is
 // confirmed (a corruption in transit does not repeat itself byte for byte);
-// later rounds re-read only the units not confirmed. A source that serves
-// the same wrong bytes every time ends with every unit confirmed and the
-// object still wrong: that fails at once, since reading again would only
-// repeat it.
+// later rounds re-read only the units not confirmed. A corruption tied to a
+// position in the response (a proxy that flips the middle byte of a body)
+// would repeat itself whenever the same range is read, so every round after
+// the first cuts its ranges elsewhere (shift), which moves such a
+// corruption to other bytes: two reads agree only on what the source
+// holds. Every unit confirmed and the object still wrong is not final while
+// rounds remain (everything is read again); only a source that serves the
+// same wrong bytes whatever the ranges fails every round.
 
 // checkUnit is the largest check unit. A flipped byte costs one unit's
 // re-read in the rounds after the second; more units cost 4 bytes each per
 // read in memory, only after a mismatch.
 const checkUnit = 1 << 20
+
+// minUnits is how many check units an object is cut into at least, if
+// they can be minUnit bytes or more: a small object (one range) is not one
+// unit, so that a corruption in a later round costs only its unit, not a
+// round lost.
+const (
+	minUnits = 8
+	minUnit  = 4 << 10
+)
+
+// unitFor returns the check unit of an object of size bytes, at most
+// limit, a multiple of minUnit.
+func unitFor(size, limit int64) int64 {
+	return min(limit, (max(size/minUnits, minUnit)+minUnit-1)/minUnit*minUnit)
+}
 
 // checkUnits tracks the CRC32C of each check unit of one download: of the
 // bytes now in the destination, and of earlier reads. Fetch's goroutine
@@ -54,8 +73,11 @@ func (c *checkUnits) all() []int {
 }
 
 // ranges returns the ranges a round reads: the runs of consecutive units in
-// todo (sorted), cut at multiples of sliceSize.
-func (c *checkUnits) ranges(todo []int, sliceSize int64) []*slice {
+// todo (sorted), cut at multiples of sliceSize. A shift above 0 cuts each
+// run elsewhere: its first range is shift/(shift+2) of a slice (of the
+// run, if shorter), the next ones whole slices from there, so that the
+// ranges of rounds with different shifts start and end at other bytes.
+func (c *checkUnits) ranges(todo []int, sliceSize int64, shift int) []*slice {
 	var out []*slice
 	for j := 0; j < len(todo); {
 		off, _ := c.span(todo[j])
@@ -65,9 +87,16 @@ func (c *checkUnits) ranges(todo []int, sliceSize int64) []*slice {
 		}
 		last, n := c.span(todo[k])
 		end := last + n
+		var phase int64 // cuts at phase + m·sliceSize
+		if shift > 0 {
+			phase = off + max(1, min(sliceSize, end-off)*int64(shift)/int64(shift+2))
+		}
 		for off < end {
-			next := min(end, (off/sliceSize+1)*sliceSize)
-			out = append(out, &slice{off: off, n: next - off})
+			next := min(end, phase+((off-phase)/sliceSize+1)*sliceSize)
+			if off < phase {
+				next = min(end, phase)
+			}
+			out = append(out, &slice{off: off, unit: c.unit, n: next - off})
 			off = next
 		}
 		j = k + 1
@@ -138,7 +167,8 @@ func (c *checkUnits) unconfirmed() []int {
 
 // addCRC folds b, written at object offset off (the next bytes of s), into
 // the CRCs of s's pieces: one per check unit s overlaps, in order.
-func (s *slice) addCRC(off int64, b []byte, unit int64) {
+func (s *slice) addCRC(off int64, b []byte) {
+	unit := s.unit
 	for len(b) > 0 {
 		k := int(off/unit - s.off/unit)
 		m := min(int64(len(b)), (off/unit+1)*unit-off)

@@ -2,14 +2,19 @@ package fetch
 
 import (
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/bench/linkshape"
 	"github.com/cacheagent/cacheagent/object"
+	"golang.org/x/sync/errgroup"
 )
 
 func TestCheckUnitsRanges(t *testing.T) {
@@ -17,20 +22,25 @@ func TestCheckUnitsRanges(t *testing.T) {
 	cases := []struct {
 		todo  []int
 		slice int64
+		shift int
 		want  [][2]int64 // off, n
 	}{
-		{c.all(), 16, [][2]int64{{0, 16}, {16, 16}, {32, 6}}},
-		{[]int{0, 1, 2, 5, 6, 9}, 8, [][2]int64{{0, 8}, {8, 4}, {20, 4}, {24, 4}, {36, 2}}},
-		{[]int{3}, 64, [][2]int64{{12, 4}}},
-		{nil, 8, nil},
+		{c.all(), 16, 0, [][2]int64{{0, 16}, {16, 16}, {32, 6}}},
+		{[]int{0, 1, 2, 5, 6, 9}, 8, 0, [][2]int64{{0, 8}, {8, 4}, {20, 4}, {24, 4}, {36, 2}}},
+		{[]int{3}, 64, 0, [][2]int64{{12, 4}}},
+		{nil, 8, 0, nil},
+		// Shifted: every run cut elsewhere, a run shorter than a slice too.
+		{c.all(), 16, 1, [][2]int64{{0, 5}, {5, 16}, {21, 16}, {37, 1}}},
+		{[]int{0, 1, 2, 5, 6, 9}, 8, 1, [][2]int64{{0, 2}, {2, 8}, {10, 2}, {20, 2}, {22, 6}, {36, 1}, {37, 1}}},
+		{[]int{3}, 64, 2, [][2]int64{{12, 2}, {14, 2}}},
 	}
 	for _, tc := range cases {
 		var got [][2]int64
-		for _, s := range c.ranges(tc.todo, tc.slice) {
+		for _, s := range c.ranges(tc.todo, tc.slice, tc.shift) {
 			got = append(got, [2]int64{s.off, s.n})
 		}
 		if !slices.Equal(got, tc.want) {
-			t.Errorf("ranges(%v, %d) = %v; want %v", tc.todo, tc.slice, got, tc.want)
+			t.Errorf("ranges(%v, %d, %d) = %v; want %v", tc.todo, tc.slice, tc.shift, got, tc.want)
 		}
 	}
 }
@@ -39,11 +49,11 @@ func TestCheckUnitsRanges(t *testing.T) {
 // ranges of at most slice bytes, each written in pieces of step bytes.
 func readUnits(t *testing.T, c *checkUnits, todo []int, data []byte, slice, step int64) {
 	t.Helper()
-	rs := c.ranges(todo, slice)
+	rs := c.ranges(todo, slice, 0)
 	for _, s := range rs {
 		for off := s.off; off < s.off+s.n; off += step {
 			end := min(off+step, s.off+s.n)
-			s.addCRC(off, data[off:end], c.unit)
+			s.addCRC(off, data[off:end])
 			s.done = end - s.off
 		}
 	}
@@ -87,7 +97,7 @@ func TestCheckUnitsConfirm(t *testing.T) {
 		t.Errorf("same corruption twice: unconfirmed = %v, sum ok %v; want none, false", got, c.sum() == want)
 	}
 	// Ranges that miss a unit asked for are an internal error.
-	rs := c.ranges([]int{1}, 1000)
+	rs := c.ranges([]int{1}, 1000, 0)
 	if err := c.record([]int{1, 2}, rs); err == nil {
 		t.Error("record of ranges missing a unit = nil error; want an error")
 	}
@@ -145,4 +155,57 @@ func TestFetchGCSCorruptionEveryRead(t *testing.T) {
 		t.Errorf("CRC failures %d, checksum retries %d, failures %d; want 3, 2, 1",
 			st.CRCFailures, st.Retries[CauseChecksum.String()], st.Failures)
 	}
+}
+
+// TestFetchGCSFaultStorm fetches 100 small objects, in parallel, through a
+// link that answers 10% of the GETs with 503, resets 10%, truncates 10%
+// (a clean close mid-body) and flips the middle byte of 10% of the bodies
+// (the same byte whenever the same range is read): 20 seeds
+// (CACHEAGENT_STORM_SEEDS to run more), every object whole every time.
+func TestFetchGCSFaultStorm(t *testing.T) {
+	seeds := uint64(20)
+	if n, err := strconv.ParseUint(os.Getenv("CACHEAGENT_STORM_SEEDS"), 10, 64); err == nil {
+		seeds = n // a longer run, to measure how rare a failure is
+	}
+	for seed := range seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { faultStorm(t, seed) })
+	}
+}
+
+// faultStorm is one run of TestFetchGCSFaultStorm.
+func faultStorm(t *testing.T, seed uint64) {
+	const objects, size = 100, 100 << 10
+	s := startEmulator(t, emulator.Options{Buckets: []string{"bkt"}})
+	g := newTestGCS(t, s.Endpoint())
+	data := make([][]byte, objects)
+	attrs := make([]object.Attrs, objects)
+	for i := range objects {
+		data[i] = emulator.Pattern(seed*1000+uint64(i), size)
+		attrs[i] = putObject(t, s, g, "bkt", fmt.Sprintf("storm/%03d", i), data[i])
+	}
+	plan, err := linkshape.Random{Seed: seed + 1, StatusRate: 0.1, ResetRate: 0.1, CloseRate: 0.1,
+		ResetWithin: size, CorruptRate: 0.1, CorruptMiddle: true}.Plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetFaults(plan)
+	// The defaults (one range per object, the attempts, the rounds) but
+	// the backoffs.
+	d := newDownloader(t, g, Config{Connections: 16, BackoffInitial: time.Millisecond, BackoffMax: 4 * time.Millisecond})
+	var eg errgroup.Group
+	got := make([][]byte, objects)
+	for i := range objects {
+		eg.Go(func() (err error) {
+			got[i], err = fetchFile(t, d, attrs[i], nil)
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range objects {
+		checkBytes(t, fmt.Sprint("object ", i), got[i], data[i])
+	}
+	st := d.Stats()
+	t.Logf("%d GETs, %d CRC failures, retries %v", s.MediaGETs(), st.CRCFailures, st.Retries)
 }

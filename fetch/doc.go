@@ -58,13 +58,16 @@
 // MiB, or SliceSize if smaller, kept as bytes stream in) are compared
 // between reads; later rounds re-read only the units whose bytes in the
 // destination no earlier read agrees with, up to Config.ChecksumAttempts
-// rounds (default 4, with backoff between them, each counted as a
+// rounds (default 8, with backoff between them, each counted as a
 // "checksum" retry). The range reads of those later rounds run on a context
 // for which Reread reports true, so an object.Source reading through a less trusted
 // copy (a peer agent's cache) can go to the origin for them. A link that corrupts one response in ten thus costs a
-// second read and a few units, not a failure. It fails with object.ErrChecksum
-// when the rounds run out, or at once when every unit reads the same twice
-// and the object is still wrong (the source serves those bytes). Every
+// second read and a few units, not a failure. When every unit reads the
+// same twice and the object is still wrong, the corruption may be tied to
+// a position in the response (a proxy flipping a body's middle byte): the
+// next round reads everything through ranges cut elsewhere, which moves
+// it. It fails with object.ErrChecksum, naming the object, only when the
+// rounds run out. Every
 // read is pinned to the generation the caller stat'ed, so an object
 // replaced mid-download fails with object.ErrGenerationChanged instead of mixing
 // versions.

@@ -24,7 +24,7 @@ const (
 	DefaultBackoffMax     = 10 * time.Second
 	DefaultStallTimeout   = 20 * time.Second
 	// DefaultChecksumAttempts is the default Config.ChecksumAttempts.
-	DefaultChecksumAttempts = 4
+	DefaultChecksumAttempts = 8
 	// DefaultSmallObjectSize is the default Config.SmallObjectSize.
 	DefaultSmallObjectSize = 1 << 20
 	// NoSmallLane, as Config.SmallObjectSize, reads every object under
@@ -69,8 +69,10 @@ type Config struct {
 	// ChecksumAttempts is how many rounds of reads an object may take
 	// before a CRC32C mismatch fails it with ErrChecksum: the first reads
 	// it whole, the second whole again, later ones only the parts the
-	// earlier reads disagree on (see checkunits.go). Rounds after the first
-	// wait a backoff like a range retry. 1 disables re-reads. Default 4.
+	// earlier reads disagree on (everything if they all agree), each round
+	// through ranges cut elsewhere than the last (see checkunits.go).
+	// Rounds after the first wait a backoff like a range retry. 1 disables
+	// re-reads. Default 8.
 	ChecksumAttempts int
 	// NoSplit keeps idle connections from splitting ranges in flight (see
 	// steal.go). A split stops the range's reader early, and the bytes
@@ -281,11 +283,12 @@ func (d *Downloader) fetch(ctx context.Context, a object.Attrs, dst io.WriterAt,
 		u = object.NewUrgency(object.Warm)
 	}
 	order := d.tickets.Add(1)
-	units := newCheckUnits(a.Size, d.unit)
+	units := newCheckUnits(a.Size, unitFor(a.Size, d.unit))
 	todo := units.all()
 	rctx := ctx // the rounds after a mismatch run on a context marked Reread
 	for try := 1; ; try++ {
-		rs, err := d.fetchRound(rctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize))
+		// Each round cuts its ranges elsewhere (see checkUnits).
+		rs, err := d.fetchRound(rctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize, try-1))
 		if err != nil {
 			return err
 		}
@@ -298,13 +301,18 @@ func (d *Downloader) fetch(ctx context.Context, a object.Attrs, dst io.WriterAt,
 		}
 		d.stats.crcFailures.Add(1)
 		// Only the assembled object shows a flipped byte: read again what
-		// no two reads agree on.
+		// no two reads agree on; if they all agree, everything.
 		todo = units.unconfirmed()
-		switch {
-		case len(todo) == 0:
-			return fmt.Errorf("%w: got %08x, want %08x, reading the same bytes every time", object.ErrChecksum, crc, a.CRC32C)
-		case try >= d.cfg.ChecksumAttempts:
-			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads", object.ErrChecksum, crc, a.CRC32C, try)
+		if try >= d.cfg.ChecksumAttempts {
+			same := ""
+			if len(todo) == 0 {
+				same = ", the same bytes every time"
+			}
+			return fmt.Errorf("%w: got %08x, want %08x after %d rounds of reads%s", object.ErrChecksum, crc, a.CRC32C,
+				try, same)
+		}
+		if len(todo) == 0 {
+			todo = units.all()
 		}
 		d.stats.retries[CauseChecksum].Add(1)
 		if err := wait.Sleep(ctx, backoff(try, d.cfg.BackoffInitial, d.cfg.BackoffMax)); err != nil {

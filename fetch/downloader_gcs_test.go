@@ -215,8 +215,31 @@ func TestFetchGCSCorruption(t *testing.T) {
 		if !errors.Is(err, object.ErrChecksum) {
 			t.Fatalf("Fetch error = %v; want ErrChecksum", err)
 		}
-		if st := e.d.Stats(); st.CRCFailures != 2 || st.Failures != 1 {
-			t.Errorf("CRC failures %d, failures %d; want 2, 1", st.CRCFailures, st.Failures)
+		if st := e.d.Stats(); st.CRCFailures != DefaultChecksumAttempts || st.Failures != 1 {
+			t.Errorf("CRC failures %d, failures %d; want %d, 1", st.CRCFailures, st.Failures, DefaultChecksumAttempts)
+		}
+	})
+	// The middle byte of the response flipped twice, as a faulty proxy
+	// does: the second round reads through other ranges, so the flips
+	// land on other bytes, the reads disagree on two units, and the third
+	// round reads those.
+	t.Run("middle byte twice", func(t *testing.T) {
+		const small = 100 << 10
+		cfg := fastConfig()
+		cfg.SliceSize = 1 << 20
+		cfg.NoSplit = true // a split could re-read the flipped byte before the round ends
+		e := newGCSEnv(t, small, cfg, emulator.Options{})
+		e.s.SetFaults(faultOn(emulator.Fault{Corrupt: true, CorruptMiddle: true}, 1, 2))
+		got, err := fetchFile(t, e.d, e.a, nil)
+		if err != nil {
+			t.Fatalf("Fetch: %v", err)
+		}
+		checkBytes(t, "Fetch", got, e.data)
+		// GET 2 is either range of the second round: the third reads two
+		// units, apart (two ranges each) or side by side (one each).
+		if st, n := e.d.Stats(), e.s.MediaGETs(); st.CRCFailures != 2 || (n != 5 && n != 7) {
+			t.Errorf("CRC failures %d, GETs %d; want 2, and 5 or 7 (one range, two, then two units)",
+				st.CRCFailures, n)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -88,13 +89,17 @@ func TestFetchChecksumMismatch(t *testing.T) {
 	}
 	a = withCRC(a, data)
 	a.CRC32C ^= 1
-	d := newDownloader(t, src, fastConfig())
-	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, object.ErrChecksum) {
-		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)
+	cfg := fastConfig()
+	cfg.ChecksumAttempts = 3
+	d := newDownloader(t, src, cfg)
+	if _, err := fetchFile(t, d, a, nil); !errors.Is(err, object.ErrChecksum) ||
+		!strings.Contains(err.Error(), "after 3 rounds of reads, the same bytes every time") {
+		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum after 3 rounds, the same bytes every time", err)
 	}
+	// Every round reads everything, 4 ranges cut at other places each time.
 	st := d.Stats()
-	if st.CRCFailures != 2 || st.Retries[CauseChecksum.String()] != 1 || st.Ranges != 2*4 || st.Failures != 1 {
-		t.Errorf("Stats = %+v; want 2 CRC failures, 1 checksum retry, 8 ranges, 1 failure", st)
+	if st.CRCFailures != 3 || st.Retries[CauseChecksum.String()] != 2 || st.Ranges != 3*4 || st.Failures != 1 {
+		t.Errorf("Stats = %+v; want 3 CRC failures, 2 checksum retries, 12 ranges, 1 failure", st)
 	}
 
 	empty := object.Attrs{Object: object.Object{Bucket: "b", Name: "e"}, CRC32C: 1, HasCRC32C: true}
@@ -322,7 +327,9 @@ func fetchCtxFacts(t *testing.T, badCRC bool, fact func(context.Context) bool) (
 		a.CRC32C ^= 1
 	}
 	src := &ctxSource{Source: dir, fact: fact}
-	got, err := fetchFile(t, newDownloader(t, src, fastConfig()), a, nil)
+	cfg := fastConfig()
+	cfg.ChecksumAttempts = 2
+	got, err := fetchFile(t, newDownloader(t, src, cfg), a, nil)
 	if err == nil {
 		checkBytes(t, "Fetch", got, data)
 	}
@@ -336,7 +343,7 @@ func TestFetchRereadMarksContext(t *testing.T) {
 	if Reread(context.Background()) {
 		t.Error("Reread(Background) = true; want false")
 	}
-	// Every round mismatches: two rounds, then the same bytes twice.
+	// Every round mismatches: two rounds (ChecksumAttempts 2).
 	marks, err := fetchCtxFacts(t, true, Reread)
 	if !errors.Is(err, object.ErrChecksum) {
 		t.Fatalf("Fetch(wrong CRC) error = %v; want ErrChecksum", err)

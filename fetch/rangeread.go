@@ -16,7 +16,8 @@ import (
 // goroutine fetching it is the only writer of done and crc; steal may
 // shorten n (split) meanwhile, so n and done are read and written under mu.
 type slice struct {
-	off int64 // the range starts at off
+	off  int64 // the range starts at off
+	unit int64 // its download's check unit (see checkunits.go)
 
 	mu   sync.Mutex
 	n    int64 // the range is [off, off+n); only ever shortened, by split
@@ -178,7 +179,7 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 			if _, werr := dst.WriteAt(buf[:m], s.off+done); werr != nil {
 				return &dstError{werr}
 			}
-			s.addCRC(s.off+done, buf[:m], d.unit)
+			s.addCRC(s.off+done, buf[:m])
 			s.mu.Lock()
 			s.done += int64(m)
 			done = s.done

@@ -192,5 +192,5 @@ func (s *slice) split() *slice {
 		return nil
 	}
 	s.n = mid - s.off
-	return &slice{off: mid, n: end - mid}
+	return &slice{off: mid, unit: s.unit, n: end - mid}
 }

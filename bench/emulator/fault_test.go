@@ -105,6 +105,10 @@ func TestBodyFaults(t *testing.T) {
 		{"corrupt first", Fault{Corrupt: true, CorruptAt: 0}, "", objSize, nil, 0},
 		{"corrupt last", Fault{Corrupt: true, CorruptAt: objSize - 1}, "", objSize, nil, objSize - 1},
 		{"corrupt range", Fault{Corrupt: true, CorruptAt: 10}, "bytes=5000-5999", 1000, nil, 10},
+		{"corrupt middle", Fault{Corrupt: true, CorruptMiddle: true}, "", objSize, nil, objSize / 2},
+		{"corrupt middle of range", Fault{Corrupt: true, CorruptAt: 3, CorruptMiddle: true}, "bytes=5000-5999", 1000, nil, 500},
+		{"corrupt middle of a long range", Fault{Corrupt: true, CorruptMiddle: true}, "bytes=5000-", objSize - 5000, nil,
+			(objSize - 5000) / 2},
 		{"corrupt then close", Fault{Corrupt: true, CorruptAt: 5, CloseAfter: 9}, "", 9, io.ErrUnexpectedEOF, 5},
 		{"stall at end", Fault{StallAt: objSize, Stall: time.Millisecond}, "", objSize, nil, -1},
 	}

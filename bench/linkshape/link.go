@@ -37,6 +37,10 @@ type Fault struct {
 	CorruptAt int64
 	// Corrupt flips (XOR 0xFF) the body byte at CorruptAt.
 	Corrupt bool
+	// CorruptMiddle, with Corrupt, flips the byte in the middle of the
+	// body (its Content-Length halved) instead of CorruptAt's: the same
+	// byte of the response whatever is asked, as a faulty proxy does.
+	CorruptMiddle bool
 	// StallAt is the body offset at which a Stall begins.
 	StallAt int64
 	// Stall > 0 stops the body for this long after StallAt bytes (already

@@ -45,6 +45,15 @@ type Random struct {
 	// CorruptWithin bounds the offsets of flipped bytes. 0 means
 	// DefaultCorruptWithin.
 	CorruptWithin int64
+	// CorruptMiddle flips the middle byte of the body instead
+	// (Fault.CorruptMiddle): a corruption tied to a position in the
+	// response, which repeats itself whenever the same range is read.
+	CorruptMiddle bool
+	// CloseRate is the share of media GETs, in [0, 1], whose connection is
+	// closed cleanly (Fault.CloseAfter: a truncated body) after a random
+	// number of body bytes in [1, ResetWithin]. The four rates together
+	// must not exceed 1.
+	CloseRate float64
 }
 
 // Plan validates r and returns its fault plan, or nil if every rate is 0.
@@ -56,9 +65,11 @@ func (r Random) Plan() (FaultPlan, error) {
 		return nil, fmt.Errorf("%w: reset rate %v is not in [0, 1]", ErrConfig, r.ResetRate)
 	case !(r.CorruptRate >= 0 && r.CorruptRate <= 1):
 		return nil, fmt.Errorf("%w: corrupt rate %v is not in [0, 1]", ErrConfig, r.CorruptRate)
-	case r.StatusRate+r.ResetRate+r.CorruptRate > 1:
-		return nil, fmt.Errorf("%w: status rate %v + reset rate %v + corrupt rate %v exceed 1",
-			ErrConfig, r.StatusRate, r.ResetRate, r.CorruptRate)
+	case !(r.CloseRate >= 0 && r.CloseRate <= 1):
+		return nil, fmt.Errorf("%w: close rate %v is not in [0, 1]", ErrConfig, r.CloseRate)
+	case r.StatusRate+r.ResetRate+r.CorruptRate+r.CloseRate > 1:
+		return nil, fmt.Errorf("%w: status rate %v + reset rate %v + corrupt rate %v + close rate %v exceed 1",
+			ErrConfig, r.StatusRate, r.ResetRate, r.CorruptRate, r.CloseRate)
 	case r.Status != 0 && r.Status != http.StatusTooManyRequests && (r.Status < 500 || r.Status > 599):
 		return nil, fmt.Errorf("%w: status %d is not 429 or 5xx", ErrConfig, r.Status)
 	case r.ResetWithin < 0:
@@ -66,7 +77,7 @@ func (r Random) Plan() (FaultPlan, error) {
 	case r.CorruptWithin < 0:
 		return nil, fmt.Errorf("%w: negative corrupt offset bound %d", ErrConfig, r.CorruptWithin)
 	}
-	if r.StatusRate == 0 && r.ResetRate == 0 && r.CorruptRate == 0 {
+	if r.StatusRate == 0 && r.ResetRate == 0 && r.CorruptRate == 0 && r.CloseRate == 0 {
 		return nil, nil
 	}
 	if r.Status == 0 {
@@ -86,7 +97,10 @@ func (r Random) Plan() (FaultPlan, error) {
 		case u < r.StatusRate+r.ResetRate:
 			return Fault{ResetAfter: 1 + int64(mix(r.Seed, 2*uint64(n)+1)%uint64(r.ResetWithin))}
 		case u < r.StatusRate+r.ResetRate+r.CorruptRate:
-			return Fault{Corrupt: true, CorruptAt: int64(mix(r.Seed, 2*uint64(n)+1) % uint64(r.CorruptWithin))}
+			return Fault{Corrupt: true, CorruptAt: int64(mix(r.Seed, 2*uint64(n)+1) % uint64(r.CorruptWithin)),
+				CorruptMiddle: r.CorruptMiddle}
+		case u < r.StatusRate+r.ResetRate+r.CorruptRate+r.CloseRate:
+			return Fault{CloseAfter: 1 + int64(mix(r.Seed, 2*uint64(n)+1)%uint64(r.ResetWithin))}
 		}
 		return Fault{}
 	}, nil

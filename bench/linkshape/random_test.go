@@ -21,6 +21,8 @@ func TestRandomRejectsBadConfigs(t *testing.T) {
 		{CorruptRate: math.NaN()},
 		{StatusRate: 0.5, ResetRate: 0.3, CorruptRate: 0.3},
 		{CorruptRate: 0.1, CorruptWithin: -1},
+		{CloseRate: -0.1},
+		{StatusRate: 0.3, ResetRate: 0.3, CorruptRate: 0.3, CloseRate: 0.2},
 	} {
 		if _, err := r.Plan(); !errors.Is(err, ErrConfig) {
 			t.Errorf("%+v.Plan() error = %v; want ErrConfig", r, err)
@@ -37,14 +39,15 @@ func TestRandomWithoutFaultsIsNil(t *testing.T) {
 
 func TestRandomRatesAndDeterminism(t *testing.T) {
 	const n = 100_000
-	cfg := Random{Seed: 11, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000, CorruptRate: 0.1, CorruptWithin: 300}
+	cfg := Random{Seed: 11, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000, CorruptRate: 0.1, CorruptWithin: 300,
+		CloseRate: 0.1}
 	a, err := cfg.Plan()
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
 	b, _ := cfg.Plan()
 	other, _ := Random{Seed: 12, StatusRate: 0.1, ResetRate: 0.2, ResetWithin: 5000}.Plan()
-	var statuses, resets, corrupts, differ int
+	var statuses, resets, corrupts, closes, differ int
 	for i := 1; i <= n; i++ {
 		f := a(nil, i)
 		if g := b(nil, i); g != f {
@@ -69,8 +72,13 @@ func TestRandomRatesAndDeterminism(t *testing.T) {
 			if f.CorruptAt < 0 || f.CorruptAt >= cfg.CorruptWithin {
 				t.Fatalf("draw %d: corrupt at %d; want in [0, %d)", i, f.CorruptAt, cfg.CorruptWithin)
 			}
+		case f.CloseAfter != 0:
+			closes++
+			if f.CloseAfter < 1 || f.CloseAfter > cfg.ResetWithin {
+				t.Fatalf("draw %d: close after %d; want in [1, %d]", i, f.CloseAfter, cfg.ResetWithin)
+			}
 		case f != Fault{}:
-			t.Fatalf("draw %d: %+v; want a status, a reset, a flipped byte or nothing", i, f)
+			t.Fatalf("draw %d: %+v; want a status, a reset, a flipped byte, a close or nothing", i, f)
 		}
 	}
 	// The draws are fixed by the seed, so these bounds are not flaky: they
@@ -83,6 +91,9 @@ func TestRandomRatesAndDeterminism(t *testing.T) {
 	}
 	if corrupts < 0.09*n || corrupts > 0.11*n {
 		t.Errorf("%d flipped bytes in %d draws; want about %d", corrupts, n, int(0.1*n))
+	}
+	if closes < 0.09*n || closes > 0.11*n {
+		t.Errorf("%d closes in %d draws; want about %d", closes, n, int(0.1*n))
 	}
 	if differ < n/10 {
 		t.Errorf("seeds 11 and 12 differ in %d of %d draws; want independent streams", differ, n)

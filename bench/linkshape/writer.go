@@ -69,6 +69,12 @@ func (fw *faultWriter) WriteHeader(code int) {
 		return
 	}
 	fw.wroteHeader = true
+	if fw.f.Corrupt && fw.f.CorruptMiddle {
+		fw.f.CorruptAt = -1
+		if cl, err := strconv.ParseInt(fw.w.Header().Get("Content-Length"), 10, 64); err == nil {
+			fw.f.CorruptAt = cl / 2
+		}
+	}
 	if t := fw.f.TruncateTo; t > 0 && code >= 200 && code < 300 {
 		cl, err := strconv.ParseInt(fw.w.Header().Get("Content-Length"), 10, 64)
 		if err == nil && t < cl {

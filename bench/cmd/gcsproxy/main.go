@@ -3,7 +3,9 @@
 // behave like a link to GCS: every object download waits -first-byte
 // before its headers and is paced at -rate bytes per second per connection,
 // and a share of downloads can fail (-error-rate answers -error-status,
-// -reset-rate resets the connection mid-body); upload bodies are paced at
+// -reset-rate resets the connection mid-body, -close-rate closes it
+// cleanly, -corrupt-rate flips a byte, the body's middle one with
+// -corrupt-middle); upload bodies are paced at
 // -upload-rate. Metadata and list requests pass through unshaped. It is
 // package linkshape as a process.
 //
@@ -51,12 +53,15 @@ func main() {
 		errorStatus = flag.Int("error-status", http.StatusServiceUnavailable, "status of -error-rate's answers: 429 or 5xx")
 		resetRate   = flag.Float64("reset-rate", 0, "share of object downloads reset mid-body, in [0, 1]")
 		corruptRate = flag.Float64("corrupt-rate", 0, "share of object downloads with one byte flipped in their first 4 KiB, in [0, 1]")
-		resetWithin = flag.String("reset-within", "1MiB", "resets happen after a random number of body bytes up to this")
+		closeRate   = flag.Float64("close-rate", 0, "share of object downloads closed cleanly mid-body (a truncated body), in [0, 1]")
+		middle      = flag.Bool("corrupt-middle", false, "flip the middle byte of the body instead (the same byte whenever the same range is read)")
+		resetWithin = flag.String("reset-within", "1MiB", "resets and closes happen after a random number of body bytes up to this")
 		seed        = flag.Uint64("seed", 1, "seed of the fault draws")
 	)
 	flag.Parse()
 	cfg := config{listen: *listen, upstream: *upstream, firstByte: *firstByte, rate: *rate, uploadRate: *uploadRate,
-		faults:      linkshape.Random{Seed: *seed, StatusRate: *errorRate, Status: *errorStatus, ResetRate: *resetRate, CorruptRate: *corruptRate},
+		faults: linkshape.Random{Seed: *seed, StatusRate: *errorRate, Status: *errorStatus, ResetRate: *resetRate,
+			CorruptRate: *corruptRate, CorruptMiddle: *middle, CloseRate: *closeRate},
 		resetWithin: *resetWithin}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
