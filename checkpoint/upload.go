@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -94,46 +95,45 @@ func (s *Store) run(sv *save) {
 	s.adopt(ctx, sv)
 }
 
-// uploadFiles uploads every file of sv not uploaded yet, in parallel.
+// uploadFiles uploads every file of sv not uploaded yet: a small file in
+// one request, a large one as parts composed once all are up. The requests
+// start in file order, at most Connections at a time, so that files are
+// done one after another and a file's compose overlaps the next files'
+// parts instead of every compose waiting for the end.
 func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.Connections)
 	var jmu sync.Mutex // orders the journal's rewrites
+	done := func(i int, a object.Attrs) error {
+		jmu.Lock()
+		defer jmu.Unlock()
+		s.mu.Lock()
+		sv.j.Files[i].Generation = a.Generation
+		sv.uploaded += sv.j.Files[i].Size
+		s.figures.UploadedBytes += sv.j.Files[i].Size
+		j := sv.j
+		j.Files = slices.Clone(j.Files)
+		s.notifyLocked()
+		s.mu.Unlock()
+		return writeJournal(sv.dir, &j)
+	}
 	for i, f := range sv.j.Files {
-		if f.Generation != 0 {
-			continue
+		switch {
+		case f.Generation != 0:
+		case f.Size > s.cfg.PartSize:
+			s.uploadParts(gctx, g, sv, i, done)
+		default:
+			g.Go(func() error {
+				a, err := s.create(gctx, sv, s.objectOf(sv, f.Name), dataPath(sv.dir, i), 0, f.Size, f.CRC32C,
+					f.Size > chunkAbove)
+				if err != nil {
+					return err
+				}
+				return done(i, a)
+			})
 		}
-		g.Go(func() error {
-			a, err := s.uploadFile(gctx, sv, i)
-			if err != nil {
-				return err
-			}
-			jmu.Lock()
-			defer jmu.Unlock()
-			s.mu.Lock()
-			sv.j.Files[i].Generation = a.Generation
-			sv.uploaded += f.Size
-			s.figures.UploadedBytes += f.Size
-			j := sv.j
-			j.Files = slices.Clone(j.Files)
-			s.notifyLocked()
-			s.mu.Unlock()
-			return writeJournal(sv.dir, &j)
-		})
 	}
 	return g.Wait()
-}
-
-// uploadFile writes file i of sv as its object: in one request, or as
-// parts composed when it is larger than Config.PartSize. An object left by
-// this very save (before a restart) is taken as it is if it matches.
-func (s *Store) uploadFile(ctx context.Context, sv *save, i int) (object.Attrs, error) {
-	f := sv.j.Files[i]
-	o := s.objectOf(sv, f.Name)
-	if f.Size > s.cfg.PartSize {
-		return s.uploadParts(ctx, sv, i, o)
-	}
-	return s.create(ctx, sv, o, dataPath(sv.dir, i), 0, f.Size, f.CRC32C, f.Size > chunkAbove)
 }
 
 // objectOf returns the object of sv's file name.
@@ -172,16 +172,19 @@ func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string,
 	return a, err
 }
 
-// uploadParts uploads file i of sv as up to maxParts parts of at most
-// Config.PartSize (larger when that makes more than maxParts), in
-// parallel, composes them into o and deletes them.
-func (s *Store) uploadParts(ctx context.Context, sv *save, i int, o object.Object) (object.Attrs, error) {
+// uploadParts runs on g the uploads of file i of sv as up to maxParts
+// parts of at most Config.PartSize (larger when that makes more than
+// maxParts); the last part up composes them into the file's object,
+// deletes them and calls done.
+func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, sv *save, i int,
+	done func(int, object.Attrs) error) {
 	f := sv.j.Files[i]
 	p := dataPath(sv.dir, i)
 	n := min(int64(maxParts), (f.Size+s.cfg.PartSize-1)/s.cfg.PartSize)
 	size := (f.Size + n - 1) / n
 	parts := make([]object.Object, n)
-	g, gctx := errgroup.WithContext(ctx)
+	var left atomic.Int64 // parts not up yet; the last one's goroutine composes
+	left.Store(n)
 	for k := range n {
 		off := k * size
 		m := min(size, f.Size-off)
@@ -190,15 +193,27 @@ func (s *Store) uploadParts(ctx context.Context, sv *save, i int, o object.Objec
 			if err != nil {
 				return err
 			}
-			po := s.partOf(sv, i, int(k))
-			a, err := s.create(gctx, sv, po, p, off, m, crc, m > partChunkAbove)
+			a, err := s.create(ctx, sv, s.partOf(sv, i, int(k)), p, off, m, crc, m > partChunkAbove)
+			if err != nil {
+				return err
+			}
 			parts[k] = a.Object
-			return err
+			if left.Add(-1) > 0 {
+				return nil
+			}
+			if a, err = s.compose(ctx, sv, i, parts); err != nil {
+				return err
+			}
+			return done(i, a)
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return object.Attrs{}, err
-	}
+}
+
+// compose writes file i of sv as the composition of its parts, then
+// deletes them.
+func (s *Store) compose(ctx context.Context, sv *save, i int, parts []object.Object) (object.Attrs, error) {
+	f := sv.j.Files[i]
+	o := s.objectOf(sv, f.Name)
 	var a object.Attrs
 	err := s.retry(ctx, sv, func() error {
 		release, err := s.acquire(ctx)
