@@ -41,6 +41,10 @@ type found struct {
 func scan(root *os.Root, u object.URI, owner *Owner, staged bool) ([]found, error) {
 	var out []found
 	err := fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("%w: the agent may not read %s (give it group rwx in a staging directory)",
+				ErrPermission, p)
+		}
 		if err != nil {
 			return err
 		}

@@ -135,6 +135,12 @@ with ckpt.save(uri, socket=sock) as ck:
     for name, b in data.items():
         (ck.dir / name).parent.mkdir(parents=True, exist_ok=True)
         (ck.dir / name).write_bytes(b)
+    # As mkstemp and mkdtemp make them: the owner's alone.
+    os.mkdir(ck.dir / "private", 0o700)
+    fd = os.open(ck.dir / "private" / "tmp.bin", os.O_WRONLY | os.O_CREAT, 0o600)
+    os.write(fd, b"secret")
+    os.close(fd)
+    data["private/tmp.bin"] = b"secret"
 assert ck.info["state"] == "local", ck.info
 ckpt.wait(uri, durability="gcs", timeout=60, socket=sock)
 with ckpt.restore(uri, socket=sock) as r:

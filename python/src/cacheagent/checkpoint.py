@@ -31,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import stat
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Type
@@ -50,6 +51,24 @@ def _check_durability(d: str) -> str:
     if d not in DURABILITIES:
         raise ValueError(f"cacheagent: durability {d!r} is not one of {', '.join(DURABILITIES)}")
     return d
+
+
+def _open_to_daemon(top: Path) -> None:
+    """Give the group (the ACL's mask in a directory the daemon gave by ACL)
+    read on the files and rwx on the directories under ``top``: a daemon
+    without capabilities could otherwise not read a file made 0600 (as
+    ``mkstemp`` makes them) or move a file out of a 0700 directory."""
+    for root, dirs, files in os.walk(top):
+        for d in dirs:
+            p = os.path.join(root, d)
+            st = os.lstat(p)
+            if stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_IRWXG != stat.S_IRWXG:
+                os.chmod(p, stat.S_IMODE(st.st_mode) | stat.S_IRWXG)
+        for f in files:
+            p = os.path.join(root, f)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IRGRP:
+                os.chmod(p, stat.S_IMODE(st.st_mode) | stat.S_IRGRP)
 
 
 class Save:
@@ -76,6 +95,7 @@ class Save:
         at the save's ``wait`` (``"local"`` by default)."""
         try:
             if self.info is None:
+                _open_to_daemon(self.dir)
                 info: Dict[str, Any] = self._client._request(
                     "POST", "/v1/checkpoints", {"dir": str(self.dir), "uri": self.uri, "wait": self.wait},
                     timeout=self._client.fetch_timeout)
