@@ -108,6 +108,10 @@ func newTestServer(t *testing.T) *httptest.Server {
 		Mount: func() (stats.Mount, bool) {
 			return stats.Mount{Path: "/mnt/gcs", Open: "skip", Opens: 3, Reads: 2, ReadBytes: 4096, Buckets: 1}, true
 		},
+		Checkpoints: func() stats.Checkpoints {
+			return stats.Checkpoints{Saves: 2, Commits: 1, Pending: 1, DirtyBytes: 1 << 20, UploadedBytes: 3 << 20,
+				FailuresByCause: map[string]int64{"changed": 1}}
+		},
 	})
 	d := m.WrapDownloader(fakeDownloader{})
 	d.Fetch(context.Background(), object.Attrs{Object: object.Object{Name: "ok"}}, nil, object.NewUrgency(object.Demand))
