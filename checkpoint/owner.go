@@ -113,3 +113,37 @@ func setACL(dir string, uid int) error {
 	}
 	return unix.Lsetxattr(dir, "system.posix_acl_default", encodeACL(def), 0)
 }
+
+// CheckGiven returns nil if owner may remove dir, a directory the agent
+// gave (GiveDir, or a restore's): owner owns it or holds its ACL entry. A
+// missing dir is os.ErrNotExist; a nil owner (root) may remove any.
+func CheckGiven(dir string, owner *Owner) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("checkpoint: %s is not a directory", dir)
+	}
+	if checkOwner(fi, owner, dir) == nil || given(dir, owner) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s was not given to uid %d", ErrPermission, dir, owner.UID)
+}
+
+// given reports whether dir, the agent's, was given to owner by an ACL
+// (GiveDir): an existing restore directory owner may use.
+func given(dir string, owner *Owner) bool {
+	b := make([]byte, 256)
+	n, err := unix.Lgetxattr(dir, "system.posix_acl_access", b)
+	if err != nil || n < 4 {
+		return false
+	}
+	for e := b[4:n]; len(e) >= 8; e = e[8:] {
+		tag, perm, id := binary.LittleEndian.Uint16(e), binary.LittleEndian.Uint16(e[2:]), binary.LittleEndian.Uint32(e[4:])
+		if tag == aclUser && id == uint32(owner.UID) && perm&7 == 7 {
+			return true
+		}
+	}
+	return false
+}

@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -131,23 +130,6 @@ func giveNew(dir string, owner *Owner) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
-}
-
-// given reports whether dir, the agent's, was given to owner by an ACL
-// (GiveDir): an existing restore directory owner may use.
-func given(dir string, owner *Owner) bool {
-	b := make([]byte, 256)
-	n, err := unix.Lgetxattr(dir, "system.posix_acl_access", b)
-	if err != nil || n < 4 {
-		return false
-	}
-	for e := b[4:n]; len(e) >= 8; e = e[8:] {
-		tag, perm, id := binary.LittleEndian.Uint16(e), binary.LittleEndian.Uint16(e[2:]), binary.LittleEndian.Uint32(e[4:])
-		if tag == aclUser && id == uint32(owner.UID) && perm&7 == 7 {
-			return true
-		}
-	}
-	return false
 }
 
 // mkdirsAs creates the parent directories of name in root, as owner's.

@@ -77,6 +77,12 @@ func (c *Client) CheckpointStaging(ctx context.Context) (string, error) {
 	return out.Dir, err
 }
 
+// RemoveStaging removes dir, a directory CheckpointStaging or a restore
+// into a fresh directory gave this caller, with what is left in it.
+func (c *Client) RemoveStaging(ctx context.Context, dir string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/checkpoints/staging", url.Values{"dir": {dir}}, nil, nil)
+}
+
 // WaitCheckpoint waits until the save of uri is durable at durability
 // ("" is gcs), for at most timeout (0: as long as ctx allows).
 func (c *Client) WaitCheckpoint(ctx context.Context, uri, durability string, timeout time.Duration) (stats.Checkpoint, error) {

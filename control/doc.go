@@ -49,6 +49,13 @@
 //	DELETE /v1/sessions/{sid}/leases/{id}     → 204
 //	POST   /v1/loaders                        spec.Spec → NDJSON: LoaderSession, then LoaderEvent at the end
 //	GET    /v1/fleet                          FleetStatus (ErrNoFleet without fleet mode)
+//	POST   /v1/checkpoints/staging            CheckpointDir: a fresh directory given to the caller
+//	DELETE /v1/checkpoints/staging?dir=       → 204: remove one (an abandoned save, a restore read)
+//	POST   /v1/checkpoints                    CheckpointSave → stats.Checkpoint once durable at its wait
+//	POST   /v1/checkpoints/wait               CheckpointWait → stats.Checkpoint
+//	GET    /v1/checkpoints[?uri=]             Checkpoints: this agent's saves, newest first
+//	GET    /v1/checkpoints/list?uri=          Checkpoints: the committed checkpoints of a run, newest first
+//	POST   /v1/checkpoints/restore            CheckpointRestore → stats.Restore
 //
 // Errors are ErrorBody with a code (Code* constants); the client returns
 // them as *Error, which matches the sentinel of its code with errors.Is.

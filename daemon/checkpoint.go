@@ -225,6 +225,31 @@ func (d *Daemon) handleCheckpointStaging(w http.ResponseWriter, r *http.Request)
 	writeJSON(w, http.StatusOK, control.CheckpointDir{Dir: dir})
 }
 
+// handleCheckpointUnstage serves DELETE /v1/checkpoints/staging?dir=: it
+// removes a staging or restore directory the daemon gave the caller (whose
+// parent the caller may not write), with what is left in it.
+func (d *Daemon) handleCheckpointUnstage(w http.ResponseWriter, r *http.Request) {
+	owner, err := caller(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	dir := r.URL.Query().Get("dir")
+	if filepath.Dir(dir) != filepath.Join(d.ckptDir(), "staging") || filepath.Base(dir) != filepath.Clean(filepath.Base(dir)) {
+		writeError(w, fmt.Errorf("%w: %q is not a staging directory", control.ErrInvalid, dir))
+		return
+	}
+	if err := checkpoint.CheckGiven(dir, owner); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // handleCheckpointWait serves POST /v1/checkpoints/wait.
 func (d *Daemon) handleCheckpointWait(w http.ResponseWriter, r *http.Request) {
 	var req control.CheckpointWait

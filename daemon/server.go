@@ -54,6 +54,7 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /v1/fleet", d.handleFleet)
 	mux.HandleFunc("POST /v1/checkpoints", d.handleCheckpointSave)
 	mux.HandleFunc("POST /v1/checkpoints/staging", d.handleCheckpointStaging)
+	mux.HandleFunc("DELETE /v1/checkpoints/staging", d.handleCheckpointUnstage)
 	mux.HandleFunc("POST /v1/checkpoints/wait", d.handleCheckpointWait)
 	mux.HandleFunc("GET /v1/checkpoints", d.handleCheckpointStatus)
 	mux.HandleFunc("GET /v1/checkpoints/list", d.handleCheckpointList)

@@ -102,6 +102,7 @@ func saveThrough(ctx context.Context, c *control.Client, dir, uri, wait string) 
 	undo, err := checkpoint.Stage(dir, staging)
 	if err != nil {
 		os.RemoveAll(staging)
+		c.RemoveStaging(ctx, staging)
 		return stats.Checkpoint{}, err
 	}
 	info, err := c.SaveCheckpoint(ctx, staging, uri, wait)
@@ -112,6 +113,7 @@ func saveThrough(ctx context.Context, c *control.Client, dir, uri, wait string) 
 			return info, errors.Join(err, uerr)
 		}
 		os.RemoveAll(staging)
+		c.RemoveStaging(ctx, staging) // its top is the daemon's
 	}
 	return info, err
 }
@@ -125,6 +127,8 @@ func restoreThrough(ctx context.Context, c *control.Client, uri, dir string) (st
 		return res, err
 	}
 	copied, err := checkpoint.Place(res.Dir, dir)
+	os.RemoveAll(res.Dir)         // what a refused placement left
+	c.RemoveStaging(ctx, res.Dir) // its top is the daemon's
 	res.Dir = dir
 	res.Linked = max(res.Linked-copied, 0)
 	return res, err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/bench/testenv"
+	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/stats"
 )
 
@@ -120,6 +121,32 @@ func TestCheckpointAsUser(t *testing.T) {
 		filepath.Join(home, "py-restored")); err != nil {
 		t.Fatalf("python as uid %d: %v\n%s", testUID, err, out)
 	}
+	// Every staging and restore directory handed out is gone (their
+	// parent is the daemon's: the clients asked it to remove them).
+	left, err := os.ReadDir(filepath.Join(p.cacheDir, "checkpoints", "staging"))
+	if err != nil || len(left) != 0 {
+		t.Errorf("staging directories left: %v (%v)", left, err)
+	}
+	// The user may not have another user's staging directory removed,
+	// nor anything outside the staging directory.
+	c, err := control.Dial(context.Background(), p.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roots, err := c.CheckpointStaging(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{roots: "PermissionDenied", home: "InvalidRequest"} {
+		out, err := asUser(t, testenv.Python, "-c", unstageAsUser, pkg, p.socket, dir, want)
+		if err != nil {
+			t.Errorf("removing %s as uid %d: %v\n%s", dir, testUID, err, out)
+		}
+	}
+	if _, err := os.Stat(roots); err != nil {
+		t.Errorf("root's staging directory: %v", err)
+	}
 }
 
 // pythonAsUser saves, waits for and restores a checkpoint with the Python
@@ -151,6 +178,23 @@ r = ckpt.restore(uri, out, socket=sock)
 for name, b in data.items():
     assert open(os.path.join(out, name), "rb").read() == b, name
     assert os.stat(os.path.join(out, os.path.dirname(name) or ".")).st_uid == os.getuid()
+`
+
+// unstageAsUser asks the daemon to remove a directory and expects the
+// error class named: argv is the package's directory, the socket, the
+// directory and the class.
+const unstageAsUser = `
+import sys
+sys.path.insert(0, sys.argv[1])
+import cacheagent
+from cacheagent.client import Client
+sock, d, want = sys.argv[2:5]
+c = Client(sock)
+try:
+    c._request("DELETE", "/v1/checkpoints/staging", query={"dir": d})
+except getattr(cacheagent, want):
+    sys.exit(0)
+sys.exit("removed " + d)
 `
 
 // asUser runs a command as testUID (with the daemon's group, as a member)

@@ -37,6 +37,7 @@ from types import TracebackType
 from typing import Any, Dict, List, Optional, Type
 
 from .client import DEFAULT_SOCKET, Client
+from .errors import CacheagentError
 
 __all__ = ["Save", "Restore", "save", "wait", "status", "list", "latest", "restore", "DURABILITIES"]
 
@@ -108,6 +109,7 @@ class Save:
     def abandon(self) -> None:
         """Commit nothing: remove the directory and what was written in it."""
         shutil.rmtree(self.dir, ignore_errors=True)
+        _unstage(self._client, DEFAULT_SOCKET, self.dir)
         self._close()
 
     def _close(self) -> None:
@@ -145,6 +147,17 @@ def save(uri: str, *, wait: str = "local", client: Optional[Client] = None,
         if owns:
             c.close()
         raise
+
+
+def _unstage(client: Optional[Client], socket: str, d: Path) -> None:
+    """Have the daemon remove ``d``, a directory it gave (its parent is the
+    daemon's, so this process cannot), if it is still there."""
+    if not os.path.lexists(d):
+        return
+    try:
+        _call(client, socket, lambda c: c._request("DELETE", "/v1/checkpoints/staging", query={"dir": str(d)}))
+    except (OSError, CacheagentError):
+        pass  # a daemon gone, or the directory: it empties its staging directory when it starts
 
 
 def _call(client: Optional[Client], socket: str, f: Any) -> Any:
@@ -209,16 +222,20 @@ class Restore:
         info: ``dir``, ``files``, ``bytes``, ``linked`` (hard links).
     """
 
-    def __init__(self, uri: str, info: Dict[str, Any], fresh: bool) -> None:
+    def __init__(self, uri: str, info: Dict[str, Any], fresh: bool, client: Optional[Client] = None,
+                 socket: str = DEFAULT_SOCKET) -> None:
         self.uri = uri
         self.info = info
         self.dir = Path(info["dir"])
         self._fresh = fresh
+        self._client = client
+        self._socket = socket
 
     def close(self) -> None:
         """Remove the directory if the daemon made it."""
         if self._fresh:
             shutil.rmtree(self.dir, ignore_errors=True)
+            _unstage(self._client, self._socket, self.dir)
             self._fresh = False
 
     def __enter__(self) -> "Restore":
@@ -244,9 +261,13 @@ def restore(uri: str, dir: Optional["os.PathLike[str] | str"] = None, *, client:
     info = _call(client, socket, lambda c: c._request("POST", "/v1/checkpoints/restore", {"uri": uri},
                                                        timeout=c.fetch_timeout))
     if dir is None:
-        return Restore(uri, info, fresh=True)
+        return Restore(uri, info, fresh=True, client=client, socket=socket)
     target = os.path.abspath(os.fspath(dir))
-    info["linked"] = max(info.get("linked", 0) - _place(info["dir"], target), 0)
+    try:
+        info["linked"] = max(info.get("linked", 0) - _place(info["dir"], target), 0)
+    finally:
+        shutil.rmtree(info["dir"], ignore_errors=True)
+        _unstage(client, socket, Path(info["dir"]))
     info["dir"] = target
     return Restore(uri, info, fresh=False)
 
