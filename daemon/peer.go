@@ -57,6 +57,11 @@ type peerPlane struct {
 // newPeerPlane builds the client side of the data plane over gcs for the
 // fleet section fc: the Source, and the Downloaders fetch config fcfg
 // describes, one budget for peer reads and one for GCS reads.
+// peerTimeouts holds the peer source's timeouts (peer.Config's defaults
+// when zero); tests that count GCS bytes lengthen them, so that a machine
+// too loaded to answer within a second does not send reads to GCS.
+var peerTimeouts peer.Config
+
 func newPeerPlane(gcs object.Source, fc *fleet.Config, fcfg fetch.Config) (*peerPlane, error) {
 	p := &peerPlane{key: insecurePeerKey}
 	if fc.KeyFile != "" {
@@ -66,7 +71,9 @@ func newPeerPlane(gcs object.Source, fc *fleet.Config, fcfg fetch.Config) (*peer
 		}
 		p.keys, p.key = keys, keys.Peer()
 	}
-	pc := peer.Config{Key: p.key, Owners: &p.owners}
+	pc := peer.Config{Key: p.key, Owners: &p.owners, ConnectTimeout: peerTimeouts.ConnectTimeout,
+		FirstByteFloor: peerTimeouts.FirstByteFloor, FirstByteMax: peerTimeouts.FirstByteMax,
+		StallTimeout: peerTimeouts.StallTimeout}
 	if fc.TLS() {
 		t, err := peer.NewTLS(p.key, fc.Name)
 		if err != nil {

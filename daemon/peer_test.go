@@ -12,6 +12,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fleet"
+	"github.com/cacheagent/cacheagent/fleet/peer"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -21,6 +22,11 @@ import (
 // owner, both end with every object cached byte for byte, and the
 // traffic shows in the fleet's stats.
 func TestDaemonFleetReadsThroughPeers(t *testing.T) {
+	// The GCS bytes are counted: a peer slow under the test's load must
+	// not look dead (in CI two reads timed out at the 1 s floor).
+	peerTimeouts = peer.Config{FirstByteFloor: 30 * time.Second, FirstByteMax: 30 * time.Second,
+		StallTimeout: 30 * time.Second, ConnectTimeout: 10 * time.Second}
+	t.Cleanup(func() { peerTimeouts = peer.Config{} })
 	emu := startEmulator(t, nil)
 	const n, size = 12, 300 << 10
 	want := make(map[string][]byte)
