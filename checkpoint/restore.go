@@ -27,8 +27,9 @@ const restoreParallel = 16
 // reads each file through the cache (which fetches what it lacks: in fleet
 // mode from the members that hold it, so a cluster restoring at once reads
 // the checkpoint from GCS about once), then hard-links the cache's copy
-// into dir where it can (the same filesystem; the link is read-only to
-// others than the agent), else copies it, checking its CRC32C. With an
+// into dir where it can (the same filesystem, a file the agent may link:
+// the cache's copy itself, not to be changed in place), else copies it,
+// checking its CRC32C. With an
 // owner, dir must be theirs (or not exist) and copies are made theirs.
 func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Owner) (stats.Restore, error) {
 	m, err := ReadManifest(ctx, s.cfg.Bucket, u)

@@ -244,6 +244,16 @@ func (s *Store) notifyLocked() {
 	}
 }
 
+// CheckDurability returns ErrNoPeers if durability is Peers and this
+// store has no fleet or no replicas: a caller asks before a Save it would
+// wait for so.
+func (s *Store) CheckDurability(durability string) error {
+	if durability == Peers && (s.cfg.Fleet == nil || s.cfg.Replicas <= 0) {
+		return ErrNoPeers
+	}
+	return nil
+}
+
 // SaveOptions configure a Save.
 type SaveOptions struct {
 	// Owner is the user saving: the directory and its files must be
@@ -388,8 +398,8 @@ func (s *Store) Wait(ctx context.Context, u object.URI, durability string) (stat
 	if want < 0 || durability == Failed {
 		return stats.Checkpoint{}, fmt.Errorf("checkpoint: durability %q: want local, peers or gcs", durability)
 	}
-	if durability == Peers && (s.cfg.Fleet == nil || s.cfg.Replicas <= 0) {
-		return stats.Checkpoint{}, ErrNoPeers
+	if err := s.CheckDurability(durability); err != nil {
+		return stats.Checkpoint{}, err
 	}
 	for {
 		s.mu.Lock()

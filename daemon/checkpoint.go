@@ -177,6 +177,10 @@ func (d *Daemon) handleCheckpointSave(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	dir := filepath.Clean(req.Dir)
+	if err := d.ckpt.CheckDurability(req.Wait); err != nil {
+		writeError(w, err) // before the save: nothing is taken
+		return
+	}
 	d.servePeers(u.Bucket)
 	staging := filepath.Join(d.ckptDir(), "staging") + string(filepath.Separator)
 	info, err := d.ckpt.Save(r.Context(), dir, u,

@@ -53,7 +53,7 @@ var ErrConfig = errors.New("daemon: invalid config")
 //	control: {socket: /run/cacheagent/control.sock}
 //	metrics: {listen: 127.0.0.1:9464}
 //	gpu: auto
-//	checkpoint: {connections: 16, part_size: 64MiB, keep_local: 2, replicas: 1}
+//	checkpoint: {connections: 16, part_size: 32MiB, keep_local: 2, replicas: 1}
 //	fleet:                 # absent: one node
 //	  listen: 10.0.0.2:7946
 //	  peer_listen: 10.0.0.2:7947

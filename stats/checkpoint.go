@@ -18,7 +18,8 @@ type Checkpoint struct {
 	Bytes int64 `json:"bytes"`
 	// State is "local" (fsynced on the saving agent), "peers" (also held
 	// by the configured number of other members), "gcs" (uploaded and
-	// committed) or "failed" (Error says why).
+	// committed), "failed" (Error says why) or, on a member holding
+	// another's save, "replica".
 	State string `json:"state"`
 	// UploadedBytes are the bytes of its files whose objects are written.
 	UploadedBytes int64 `json:"uploaded_bytes"`

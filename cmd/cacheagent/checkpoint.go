@@ -190,7 +190,7 @@ func newCheckpointStatusCmd(opts *cli.Options) *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "status [gs://BUCKET/PREFIX/]",
-		Short: "Show the checkpoints this node saved, pending uploads first",
+		Short: "Show the checkpoints this node saved (and the replicas it holds), newest first",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			uri := ""
@@ -268,7 +268,8 @@ func newCheckpointRestoreCmd(opts *cli.Options) *cobra.Command {
 		Long: `restore reads the checkpoint's manifest, checks that its objects match it, reads each file
 through the cache (in fleet mode from the members that hold it: a cluster restoring at once reads the
 checkpoint from GCS about once) and places it in DIR: a hard link to the cache's copy on the same
-filesystem (read-only), else a copy whose CRC32C is checked. Nothing in DIR is overwritten.`,
+filesystem (the cache's copy itself: do not change it in place), else a copy whose CRC32C is checked.
+Nothing in DIR is overwritten.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			u, err := object.ParsePrefix(args[0])

@@ -84,3 +84,14 @@ def test_second_save_of_a_committed_prefix(daemon: Env) -> None:
 def test_bad_durability(daemon: Env) -> None:
     with pytest.raises(ValueError):
         ckpt.save(RUN + "x/", wait="disk", socket=daemon.socket)
+
+
+def test_peers_without_a_fleet(daemon: Env) -> None:
+    """A single node refuses "peers" durability before it takes anything."""
+    uri = RUN + "step-peers/"
+    with pytest.raises(cacheagent.NoFleet):
+        with ckpt.save(uri, wait="peers", socket=daemon.socket) as ck:
+            (ck.dir / "a").write_bytes(b"x")
+    assert (ck.dir / "a").read_bytes() == b"x"  # nothing taken
+    with pytest.raises(cacheagent.ResourceNotFound):
+        ckpt.wait(uri, timeout=1, socket=daemon.socket)

@@ -23,7 +23,8 @@ commit the daemon refuses (a prefix already committed: ``Conflict``) raises
 and leaves the files in ``ck.dir`` (the daemon empties its staging
 directories when it restarts).
 Restored files are hard links to the daemon's cached copies where it can
-(read-only: copy before changing one) and verified copies elsewhere.
+(the cache's copy itself: copy one before changing it) and verified copies
+elsewhere.
 """
 
 from __future__ import annotations
