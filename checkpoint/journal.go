@@ -39,6 +39,17 @@ type journal struct {
 	Complete  bool     `json:"complete,omitempty"`
 	Holders   []string `json:"holders,omitempty"`
 	TakenOver bool     `json:"taken_over,omitempty"`
+	// Taking is set while Save claims the prefix and moves the files in,
+	// before it returns: an agent that dies meanwhile puts the files back
+	// and removes the claim when it starts again.
+	Taking *taking `json:"taking,omitempty"`
+}
+
+// taking is what a save in progress is taking: the directory's files, by
+// their index in data/.
+type taking struct {
+	Dir   string   `json:"dir"`
+	Names []string `json:"names"`
 }
 
 // dataPath returns the path of file i's bytes in the save's directory.

@@ -147,3 +147,10 @@ func given(dir string, owner *Owner) bool {
 	}
 	return false
 }
+
+// sameOwner reports whether a and b have the same owner.
+func sameOwner(a, b fs.FileInfo) bool {
+	sa, ok1 := a.Sys().(*syscall.Stat_t)
+	sb, ok2 := b.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && sa.Uid == sb.Uid
+}

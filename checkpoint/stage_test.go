@@ -101,3 +101,61 @@ func TestAcrossFilesystems(t *testing.T) {
 	os.Remove(filepath.Join(src, "link"))
 	checkTree(t, src, files)
 }
+
+// TestCutShort: an agent that died while Save was taking the files (the
+// claim written, some files moved, no journal of them yet) puts them back
+// and removes the claim when it starts again, so the prefix is free.
+func TestCutShort(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, 0)
+	files := dcpFiles()
+	dir := e.writeTree(files)
+	u := uri(t, "run1/step-cut/")
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := scan(root, u, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What Save has done when it dies after moving the first file.
+	id := newID()
+	sv := filepath.Join(e.cfg.Dir, "saves", id)
+	j := journal{Format: journalFormat, Manifest: Manifest{Format: manifestFormat, URI: u.String(), Save: id,
+		Node: "node-a"}, Taking: &taking{Dir: dir}}
+	for _, f := range found {
+		j.Taking.Names = append(j.Taking.Names, f.name)
+	}
+	if err := os.MkdirAll(filepath.Join(sv, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeJournal(sv, &j); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.claim(ctx, u, id); err != nil {
+		t.Fatal(err)
+	}
+	d, err := os.Open(filepath.Join(sv, "data"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := renameIn(root, found[0].name, d, "0", false); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	root.Close()
+	e.store.Close()
+
+	e.open()
+	checkTree(t, dir, files)
+	if _, err := os.Stat(sv); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the save's directory: %v; want it removed", err)
+	}
+	if names := e.names(u.Path); len(names) != 0 {
+		t.Errorf("objects under the prefix: %q; want none (the claim removed)", names)
+	}
+	if _, err := e.store.Save(ctx, dir, u, SaveOptions{}); err != nil {
+		t.Errorf("a save of the prefix afterwards: %v", err)
+	}
+}

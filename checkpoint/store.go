@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -171,6 +172,10 @@ func (s *Store) resume(ctx context.Context) error {
 			continue
 		}
 		sv := &save{dir: dir, j: *j}
+		if j.Taking != nil {
+			s.untake(dir, j)
+			continue
+		}
 		if j.Replica && !j.Complete {
 			// A replica cut short is of no use: its saver sends it again.
 			os.RemoveAll(dir)
@@ -194,6 +199,47 @@ func (s *Store) resume(ctx context.Context) error {
 	}
 	os.RemoveAll(filepath.Join(s.cfg.Dir, "staging"))
 	return os.MkdirAll(filepath.Join(s.cfg.Dir, "staging"), 0o711)
+}
+
+// untake undoes a save whose agent died before Save returned (journal j
+// in dir): its claim is removed, and so is the save; the files it had
+// moved go back where they were, through a root opened on their directory,
+// and only into a directory of the files' owner (a directory swapped for
+// a link elsewhere since gets nothing).
+func (s *Store) untake(dir string, j *journal) {
+	s.log.Warn("checkpoint: undoing a save cut short before it returned", "uri", j.URI, "dir", j.Taking.Dir)
+	if u, err := object.ParsePrefix(j.URI); err == nil {
+		s.unclaim(u, j.Save)
+	}
+	defer os.RemoveAll(dir)
+	root, err := os.OpenRoot(j.Taking.Dir)
+	if err != nil {
+		s.log.Warn("checkpoint: could not put the files back", "dir", j.Taking.Dir, "err", err)
+		return
+	}
+	defer root.Close()
+	top, err := root.Stat(".")
+	if err != nil {
+		return
+	}
+	d, err := os.Open(filepath.Join(dir, "data"))
+	if err != nil {
+		return // nothing moved yet
+	}
+	defer d.Close()
+	for i, name := range j.Taking.Names {
+		fi, err := os.Lstat(dataPath(dir, i))
+		if err != nil {
+			continue // not moved
+		}
+		if !sameOwner(fi, top) {
+			s.log.Warn("checkpoint: not putting a file back into a directory of another owner", "file", name)
+			continue
+		}
+		if err := renameIn(root, name, d, strconv.Itoa(i), true); err != nil {
+			s.log.Warn("checkpoint: could not put a file back", "file", name, "err", err)
+		}
+	}
 }
 
 // dataBytes returns the bytes of sv's files still in its data directory.
@@ -307,8 +353,28 @@ func (s *Store) Save(ctx context.Context, dir string, u object.URI, opt SaveOpti
 	if sv.hold, err = s.cfg.Cache.Hold(ctx, total, object.Object{Bucket: u.Bucket, Name: u.Path}); err != nil {
 		return stats.Checkpoint{}, fmt.Errorf("checkpoint: save %s: %w", u, err)
 	}
+	// Until the journal has the files, it says what is being taken, so
+	// that an agent that dies before Save returns undoes it at its start.
+	pre := j
+	pre.Taking = &taking{Dir: dir}
+	for _, f := range found {
+		pre.Taking.Names = append(pre.Taking.Names, f.name)
+	}
+	err = os.MkdirAll(sv.dir, 0o700)
+	if err == nil {
+		err = writeJournal(sv.dir, &pre)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(sv.dir))
+	}
+	if err != nil {
+		sv.hold.Release()
+		os.RemoveAll(sv.dir)
+		return stats.Checkpoint{}, fmt.Errorf("checkpoint: save %s: %w", dir, err)
+	}
 	if err := s.claim(ctx, u, id); err != nil {
 		sv.hold.Release()
+		os.RemoveAll(sv.dir)
 		return stats.Checkpoint{}, err
 	}
 	abandon := func(err error) (stats.Checkpoint, error) {
