@@ -267,8 +267,7 @@ def restore(uri: str, dir: Optional["os.PathLike[str] | str"] = None, *, client:
     try:
         info["linked"] = max(info.get("linked", 0) - _place(info["dir"], target), 0)
     finally:
-        shutil.rmtree(info["dir"], ignore_errors=True)
-        _unstage(client, socket, Path(info["dir"]))
+        _unstage(client, socket, Path(info["dir"]))  # emptied by _place
     info["dir"] = target
     return Restore(uri, info, fresh=False)
 
@@ -276,7 +275,15 @@ def restore(uri: str, dir: Optional["os.PathLike[str] | str"] = None, *, client:
 def _place(src: str, dst: str) -> int:
     """Move the files under ``src`` to the same paths under ``dst``; return
     how many were copied (another filesystem). An existing path in ``dst``
-    is an error before anything moves."""
+    is an error before anything moves. What is left of ``src`` is removed,
+    also on error."""
+    try:
+        return _place_files(src, dst)
+    finally:
+        shutil.rmtree(src, ignore_errors=True)
+
+
+def _place_files(src: str, dst: str) -> int:
     files = []
     for top, _, names in os.walk(src):
         for n in names:
@@ -300,5 +307,4 @@ def _place(src: str, dst: str) -> int:
             finally:
                 os.close(fd)
             copied += 1
-    shutil.rmtree(src, ignore_errors=True)
     return copied
