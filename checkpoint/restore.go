@@ -111,8 +111,10 @@ func (s *Store) restoreFile(ctx context.Context, root *os.Root, o object.Object,
 	if err := mkdirsAs(root, f.Name, owner); err != nil {
 		return false, err
 	}
-	if err := linkInto(root, h.Path(), f.Name); err == nil {
-		return true, nil
+	if !h.Packed() { // a segment holds other objects too: copy
+		if err := linkInto(root, h.Path(), f.Name); err == nil {
+			return true, nil
+		}
 	}
 	return false, copyInto(root, h, f, owner)
 }

@@ -295,6 +295,10 @@ func (a Attrs) Fetch() object.Attrs {
 type LeaseInfo struct {
 	ID   uint64 `json:"id"`
 	Path string `json:"path"`
+	// Offset is where the object's bytes start in the file at Path: 0 for
+	// a file of its own; for a small object packed into a segment file with
+	// others, a multiple of the page size (map Attrs.Size bytes from there).
+	Offset int64 `json:"offset,omitempty"`
 	// Tier holds the copy: shm or disk.
 	Tier  string `json:"tier"`
 	Attrs Attrs  `json:"attrs"`

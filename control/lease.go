@@ -42,7 +42,7 @@ func (c *Client) Acquire(ctx context.Context, o object.Object) (*Lease, error) {
 		if err != nil {
 			return nil, fmt.Errorf("control: acquire %s: %w", o, err)
 		}
-		l := &Lease{c: c, s: s, id: info.ID, path: info.Path, tier: info.Tier, attrs: info.Attrs.Fetch(),
+		l := &Lease{c: c, s: s, id: info.ID, path: info.Path, off: info.Offset, tier: info.Tier, attrs: info.Attrs.Fetch(),
 			staleC: make(chan struct{})}
 		if s.add(l) {
 			return l, nil
@@ -198,6 +198,7 @@ type Lease struct {
 	s      *session
 	id     uint64       // within s; immutable
 	path   string       // immutable
+	off    int64        // immutable
 	tier   string       // immutable
 	attrs  object.Attrs // immutable
 	stale  atomic.Bool
@@ -208,6 +209,10 @@ type Lease struct {
 // Path returns the local file holding the object's bytes. It must not be
 // modified; it stays readable, at its size, until the lease is released.
 func (l *Lease) Path() string { return l.path }
+
+// Offset returns where the object's bytes start in the file at Path: 0
+// unless the object is packed into a segment file with others.
+func (l *Lease) Offset() int64 { return l.off }
 
 // Size returns the object's size in bytes.
 func (l *Lease) Size() int64 { return l.attrs.Size }

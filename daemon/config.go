@@ -157,6 +157,21 @@ type TierConfig struct {
 	// promote an object to shm; 0 means the tier's default (2), negative
 	// turns promotion by use off.
 	PromoteHits int `yaml:"promote_hits"`
+	// PackBelow (disk only): objects smaller than this are packed into
+	// segment files (page-aligned, synced and indexed in groups) instead of
+	// a file each. Unset means the cache's default (1MiB); 0 packs nothing.
+	PackBelow *Size `yaml:"pack_below"`
+}
+
+// packBelow maps PackBelow onto tier.Config.PackBelow.
+func (t TierConfig) packBelow() int64 {
+	switch {
+	case t.PackBelow == nil:
+		return 0 // the cache's default
+	case *t.PackBelow == 0:
+		return -1 // nothing packed
+	}
+	return int64(*t.PackBelow)
 }
 
 // FetchConfig tunes downloads.
@@ -405,6 +420,8 @@ func (c Config) check() *fieldError {
 		return bad("negative", "tiers", "shm", "max")
 	case c.Tiers.Shm.Max > 0 && c.Tiers.Shm.Dir == "":
 		return bad("set without tiers.shm.dir", "tiers", "shm", "max")
+	case c.Tiers.Shm.PackBelow != nil:
+		return bad("applies to the disk tier only", "tiers", "shm", "pack_below")
 	case c.Tiers.Scrub.Interval < 0:
 		return bad("negative", "tiers", "scrub", "interval")
 	case c.Fetch.ChecksumAttempts < 0 || c.Fetch.ChecksumAttempts > 100:
@@ -487,6 +504,7 @@ func (c Config) Tier(src object.Source, dl tier.Downloader, log *slog.Logger) ti
 		ShmDir:      c.Tiers.Shm.Dir,
 		ShmMaxBytes: int64(c.Tiers.Shm.Max),
 		PromoteHits: c.Tiers.Shm.PromoteHits,
+		PackBelow:   c.Tiers.Disk.packBelow(),
 		Revalidate:  durationOr(c.Fetch.Revalidate, DefaultRevalidate),
 		Source:      src,
 		Downloader:  dl,

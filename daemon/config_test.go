@@ -76,6 +76,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"tiers:\n  scrub: {rate: 1MiB, interval: -1h}\n", "line 2: tiers.scrub.interval"},
 		{"fetch:\n  checksum_attempts: -1\n", "line 2: fetch.checksum_attempts"},
 		{"tiers:\n  shm: {max: 1GiB}\n", "tiers.shm.max"},
+		{"tiers:\n  shm: {dir: /x, pack_below: 1MiB}\n", "tiers.shm.pack_below"},
+		{"tiers:\n  disk:\n    pack_below: lots\n", "line 3"},
 		{"gpu: auto\n---\ngpu: none\n", "more than one YAML document"},
 		{"sources: {uri: gs://b}\n", "line 1"},
 		{"[1, 2", "yaml"},
@@ -85,6 +87,27 @@ func TestParseConfigErrors(t *testing.T) {
 		_, err := ParseConfig([]byte(tc.in))
 		if err == nil || !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("ParseConfig(%q) = %v; want an ErrConfig containing %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+// tiers.disk.pack_below reaches the cache: unset is its default, 0 packs
+// nothing, a size is that size.
+func TestPackBelowConfig(t *testing.T) {
+	for _, tc := range []struct {
+		yaml string
+		want int64
+	}{
+		{"tiers:\n  disk: {dir: /x}\n", 0},
+		{"tiers:\n  disk: {dir: /x, pack_below: 0}\n", -1},
+		{"tiers:\n  disk: {dir: /x, pack_below: 256KiB}\n", 256 << 10},
+	} {
+		c, err := ParseConfig([]byte(tc.yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Tier(nil, nil, nil).PackBelow; got != tc.want {
+			t.Errorf("%q: tier.Config.PackBelow = %d; want %d", tc.yaml, got, tc.want)
 		}
 	}
 }

@@ -22,7 +22,7 @@ import (
 func TestLeaseHoldsCopy(t *testing.T) {
 	objs := dataset("bkt", "d/", 2, 300_000)
 	emu := startEmulator(t, objs)
-	d := startDaemon(t, testConfig(t.TempDir(), emu))
+	d := startDaemon(t, unpacked(testConfig(t.TempDir(), emu)))
 	c := dial(t, d)
 	ctx := testCtx(t)
 
@@ -118,7 +118,7 @@ func TestSessionEndReleases(t *testing.T) {
 func TestLeaseStaleOnNewGeneration(t *testing.T) {
 	objs := dataset("bkt", "d/", 1, 50_000)
 	emu := startEmulator(t, objs)
-	d := startDaemon(t, testConfig(t.TempDir(), emu))
+	d := startDaemon(t, unpacked(testConfig(t.TempDir(), emu)))
 	c := dial(t, d)
 	ctx := testCtx(t)
 	l, err := c.Acquire(ctx, object.Object{Bucket: "bkt", Name: "d/00"})

@@ -51,6 +51,14 @@ func testConfig(dir string, emu *emulator.Server) Config {
 }
 
 // startDaemon starts a daemon on cfg, closed at cleanup.
+// unpacked returns cfg with nothing packed (tiers.disk.pack_below 0): for
+// tests that look at each object's own file (deleted, replaced, a byte
+// flipped in it).
+func unpacked(cfg Config) Config {
+	cfg.Tiers.Disk.PackBelow = new(Size)
+	return cfg
+}
+
 func startDaemon(t testing.TB, cfg Config) *Daemon {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)

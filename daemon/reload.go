@@ -115,6 +115,8 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 	}{
 		{"tiers.disk.dir", cur.Tiers.Disk.Dir, next.Tiers.Disk.Dir, func() { next.Tiers.Disk.Dir = cur.Tiers.Disk.Dir }},
 		{"tiers.shm.dir", cur.Tiers.Shm.Dir, next.Tiers.Shm.Dir, func() { next.Tiers.Shm = cur.Tiers.Shm }},
+		{"tiers.disk.pack_below", cur.Tiers.Disk.packBelow(), next.Tiers.Disk.packBelow(),
+			func() { next.Tiers.Disk.PackBelow = cur.Tiers.Disk.PackBelow }},
 		{"tiers.shm.promote_hits", cur.Tiers.Shm.PromoteHits, next.Tiers.Shm.PromoteHits,
 			func() { next.Tiers.Shm.PromoteHits = cur.Tiers.Shm.PromoteHits }},
 		{"fetch.endpoint", cur.Fetch.Endpoint, next.Fetch.Endpoint, func() { next.Fetch.Endpoint = cur.Fetch.Endpoint }},

@@ -224,7 +224,7 @@ func (d *Daemon) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.stats.invalidate()
-	writeJSON(w, http.StatusOK, control.LeaseInfo{ID: id, Path: h.Path(), Tier: string(h.Tier()), Attrs: control.AttrsOf(h.Attrs())})
+	writeJSON(w, http.StatusOK, control.LeaseInfo{ID: id, Path: h.Path(), Offset: h.Offset(), Tier: string(h.Tier()), Attrs: control.AttrsOf(h.Attrs())})
 }
 
 // handleRelease serves DELETE /v1/sessions/{sid}/leases/{id}.

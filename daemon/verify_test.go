@@ -44,7 +44,7 @@ func cacheAll(t *testing.T, c *control.Client, bucket, prefix string, n int) []o
 func TestVerifyRoute(t *testing.T) {
 	objs := dataset("bkt", "v/", 3, 100_000)
 	emu := startEmulator(t, objs)
-	d := startDaemon(t, testConfig(t.TempDir(), emu))
+	d := startDaemon(t, unpacked(testConfig(t.TempDir(), emu)))
 	c := dial(t, d)
 	ctx := testCtx(t)
 	refs := cacheAll(t, c, "bkt", "v/", 3)
@@ -80,7 +80,7 @@ func TestScrub(t *testing.T) {
 	t.Cleanup(func() { scrubStartDelay = old })
 	objs := dataset("bkt", "s/", 2, 50_000)
 	emu := startEmulator(t, objs)
-	cfg := testConfig(t.TempDir(), emu)
+	cfg := unpacked(testConfig(t.TempDir(), emu))
 	cfg.Tiers.Scrub = ScrubConfig{Rate: 1 << 30, Interval: Duration(time.Hour)}
 	d := startDaemon(t, cfg)
 	c := dial(t, d)

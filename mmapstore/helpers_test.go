@@ -25,12 +25,13 @@ type env struct {
 
 // newEnv returns an env whose cache has the given byte budget (0: default)
 // and never revalidates on its own; tests pass tier.WithRevalidate to
-// the cache's Opener when they want it to.
+// the cache's Opener when they want it to. It packs nothing: tests find
+// their mappings in /proc/self/maps by file (TestPackedCache packs).
 func newEnv(t testing.TB, maxBytes int64) *env {
 	t.Helper()
 	dir := cachetest.NewDir(t)
 	dl := cachetest.NewDownloader(t, dir.Src)
-	c := cachetest.Cache(t, dir.Src, dl, tier.Config{MaxBytes: maxBytes})
+	c := cachetest.Cache(t, dir.Src, dl, tier.Config{MaxBytes: maxBytes, PackBelow: -1})
 	return &env{dir: dir, dl: dl, cache: c}
 }
 

@@ -28,6 +28,7 @@ type mapping struct {
 	key   object.Object // the key it was acquired under
 	file  File
 	path  string // file.Path()
+	off   int64  // file.Offset()
 	attrs object.Attrs
 	data  []byte // the mapping; empty (not mapped) for a zero-length file
 	// staleAtOpen records that the File was already stale when opened (the
@@ -56,15 +57,16 @@ func newMapping(s *Store, key object.Object, f File) (*mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &mapping{s: s, key: key, file: f, path: f.Path(), attrs: f.Attrs(), data: data, staleAtOpen: f.Stale()}
+	m := &mapping{s: s, key: key, file: f, path: f.Path(), off: f.Offset(), attrs: f.Attrs(), data: data, staleAtOpen: f.Stale()}
 	m.array = sync.OnceValues(m.parseArray)
 	m.tensors = sync.OnceValues(m.parseTensors)
 	m.populate = sync.OnceFunc(func() { memhint.Pages(m.data) })
 	return m, nil
 }
 
-// mapFile maps f's file read-only and shared, after checking that its size
-// is f.Size() (a shorter file would fault on access). A zero-length file is
+// mapFile maps the f.Size() bytes at f.Offset() of f's file read-only and
+// shared, after checking that the file holds them (a shorter file would
+// fault on access). A zero-length file is
 // not mapped: the result is an empty slice.
 func mapFile(f File) ([]byte, error) {
 	size := f.Size()
@@ -83,11 +85,12 @@ func mapFile(f File) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mmapstore: map %s: %w", f.Attrs().Object, err)
 	}
-	if st.Size() != size {
-		return nil, fmt.Errorf("mmapstore: map %s: file %s has %d bytes; the object has %d",
-			f.Attrs().Object, f.Path(), st.Size(), size)
+	off := f.Offset()
+	if off < 0 || st.Size() < off+size { // a packed object's file holds others too: it may be longer
+		return nil, fmt.Errorf("mmapstore: map %s: file %s has %d bytes; the object has %d at %d",
+			f.Attrs().Object, f.Path(), st.Size(), size, off)
 	}
-	b, err := mmap.MapRegion(fd, int(size), mmap.RDONLY, 0, 0)
+	b, err := mmap.MapRegion(fd, int(size), mmap.RDONLY, 0, off)
 	if err != nil {
 		return nil, fmt.Errorf("mmapstore: map %s: %w", f.Attrs().Object, err)
 	}
@@ -113,7 +116,7 @@ func (m *mapping) close() error {
 
 // sameCopy reports whether m maps the copy that f holds.
 func (m *mapping) sameCopy(f File) bool {
-	return m.path == f.Path() && m.attrs.Generation == f.Attrs().Generation &&
+	return m.path == f.Path() && m.off == f.Offset() && m.attrs.Generation == f.Attrs().Generation &&
 		int64(len(m.data)) == f.Size()
 }
 

@@ -22,8 +22,12 @@ type File interface {
 	// Path is the local file holding the object's bytes, valid until
 	// Close. The Store opens it read-only to map it.
 	Path() string
-	// Size is the object's size in bytes; the file must have exactly
-	// this size.
+	// Offset is where the object's bytes start in the file: 0 for a file
+	// of its own, a multiple of the page size for an object packed into a
+	// file with others.
+	Offset() int64
+	// Size is the object's size in bytes; the file must hold this many
+	// from Offset.
 	Size() int64
 	// Attrs are the attributes of the generation the copy holds.
 	Attrs() object.Attrs

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/bench/cachetest"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
 )
@@ -316,13 +317,15 @@ func TestLeasePinsAgainstEviction(t *testing.T) {
 // itself, so only a stub can hand one over).
 type sizedFile struct {
 	path string
+	off  int64
 	size int64
 }
 
-func (f sizedFile) Path() string { return f.path }
-func (f sizedFile) Size() int64  { return f.size }
-func (f sizedFile) Stale() bool  { return false }
-func (f sizedFile) Close() error { return nil }
+func (f sizedFile) Path() string  { return f.path }
+func (f sizedFile) Offset() int64 { return f.off }
+func (f sizedFile) Size() int64   { return f.size }
+func (f sizedFile) Stale() bool   { return false }
+func (f sizedFile) Close() error  { return nil }
 func (f sizedFile) Attrs() object.Attrs {
 	return object.Attrs{Object: object.Object{Bucket: "b", Name: "m"}, Size: f.size}
 }
@@ -344,5 +347,59 @@ func TestFileSizeMismatch(t *testing.T) {
 	}
 	if st := s.Stats(); st.Mappings != 0 || st.Leases != 0 {
 		t.Errorf("Stats = %+v; want nothing mapped", st)
+	}
+}
+
+// TestPackedFile maps an object that starts inside a file holding others
+// (the cache packs small objects into segment files): the lease holds its
+// bytes alone, and one reaching past the file's end is refused.
+func TestPackedFile(t *testing.T) {
+	page := int64(os.Getpagesize())
+	path := filepath.Join(t.TempDir(), "segment")
+	data := pattern(5, int(3*page))
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := newStore(t, sizedOpener{sizedFile{path: path, off: page, size: 1000}}, Config{})
+	l, err := s.Acquire(context.Background(), object.Object{Bucket: "b", Name: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(l.Bytes(), data[page:page+1000]) {
+		t.Error("a packed object's lease does not hold its own bytes")
+	}
+	l.Release()
+	s2, _ := newStore(t, sizedOpener{sizedFile{path: path, off: 2 * page, size: page + 1}}, Config{})
+	if l, err := s2.Acquire(context.Background(), object.Object{Bucket: "b", Name: "m"}); err == nil {
+		l.Release()
+		t.Error("Acquire of an object reaching past its file's end succeeded; want an error")
+	}
+}
+
+// TestPackedCache maps small objects that a real cache packed into one
+// segment file: each lease holds its own object's bytes, no more.
+func TestPackedCache(t *testing.T) {
+	dir := cachetest.NewDir(t)
+	c := cachetest.Cache(t, dir.Src, cachetest.NewDownloader(t, dir.Src), tier.Config{})
+	s, _ := newStore(t, c.Opener(), Config{})
+	sizes := []int{1, 5000, 4096, 70000}
+	var objs []object.Object
+	for i, n := range sizes {
+		objs = append(objs, dir.Put(t, "b", fmt.Sprintf("p%d", i), pattern(byte(i+1), n)))
+	}
+	paths := map[string]bool{}
+	for i, o := range objs {
+		l, err := s.Acquire(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(l.Bytes(), pattern(byte(i+1), sizes[i])) {
+			t.Errorf("%s: the lease's %d bytes are not the object's %d", o.Name, len(l.Bytes()), sizes[i])
+		}
+		paths[l.m.path] = true
+		l.Release()
+	}
+	if len(paths) != 1 {
+		t.Errorf("the objects were mapped from %d files; want one segment", len(paths))
 	}
 }

@@ -58,6 +58,7 @@ type backing struct {
 	th   *tier.Handle
 	fd   int
 	id   int32 // 0: not registered (reads are served by this process)
+	off  int64 // where the object's bytes start in the file (packed objects)
 	size int64
 	// Guarded by backings.mu.
 	opens int           // open files using it
@@ -169,8 +170,11 @@ func (c *backings) acquire(ctx context.Context, f *FS, n *fileNode) (*backing, s
 			"err", errors.Join(fmt.Errorf("open cached file: %w", err), th.Close()))
 		return nil, syscall.EIO
 	}
-	nb := &backing{node: n, th: th, fd: fd, size: n.attrs.Size, opens: 1}
-	if id, en := c.kernel.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)}); en == 0 {
+	nb := &backing{node: n, th: th, fd: fd, off: th.Offset(), size: n.attrs.Size, opens: 1}
+	if th.Packed() {
+		// A segment holds other objects too: the kernel would read
+		// past this one's end. Reads are served at its offset instead.
+	} else if id, en := c.kernel.RegisterBackingFd(&fuse.BackingMap{Fd: int32(fd)}); en == 0 {
 		nb.id = id
 		c.registered.Add(1)
 	} else {

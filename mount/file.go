@@ -20,11 +20,14 @@ import (
 // and our own descriptor on that copy. The kernel sends no read after the
 // release, so fd stays valid for every read it answers.
 type handle struct {
-	f      *FS
-	th     *tier.Handle // nil when bk holds it
-	bk     *backing     // the file's shared backing, in passthrough mounts
-	fd     uintptr
-	closed atomic.Bool
+	f  *FS
+	th *tier.Handle // nil when bk holds it
+	bk *backing     // the file's shared backing, in passthrough mounts
+	fd uintptr
+	// off and size place the object's bytes in fd's file: off is not 0
+	// for a packed object (its file, a segment, holds others after it).
+	off, size int64
+	closed    atomic.Bool
 }
 
 // passthroughHandle is a handle that offers its descriptor to the kernel,
@@ -53,7 +56,7 @@ func (f *FS) open(ctx context.Context, n *fileNode) (fs.FileHandle, syscall.Errn
 		f.stats.openErrors.Add(1)
 		return nil, en
 	}
-	if f.passthrough {
+	if f.passthrough && !h.th.Packed() { // a segment holds others: never the kernel's to read
 		return &passthroughHandle{h}, 0
 	}
 	return h, 0
@@ -71,7 +74,7 @@ func (f *FS) openHandle(ctx context.Context, b *bucketView, a object.Attrs) (*ha
 			"err", errors.Join(fmt.Errorf("open cached file: %w", err), th.Close()))
 		return nil, syscall.EIO
 	}
-	return f.addHandle(&handle{f: f, th: th, fd: uintptr(fd)})
+	return f.addHandle(&handle{f: f, th: th, fd: uintptr(fd), off: th.Offset(), size: th.Size()})
 }
 
 // openBacking opens n on its shared backing and offers the backing's id
@@ -82,7 +85,7 @@ func (f *FS) openBacking(ctx context.Context, n *fileNode) (fs.FileHandle, sysca
 		f.stats.openErrors.Add(1)
 		return nil, en
 	}
-	h, en := f.addHandle(&handle{f: f, bk: bk, fd: uintptr(bk.fd)})
+	h, en := f.addHandle(&handle{f: f, bk: bk, fd: uintptr(bk.fd), off: bk.off, size: bk.size})
 	if en != 0 {
 		f.stats.openErrors.Add(1)
 		return nil, en
@@ -136,7 +139,13 @@ func (f *FS) openErrno(ctx context.Context, b *bucketView, o object.Object, err 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	h.f.stats.reads.Add(1)
 	h.f.stats.readBytes.Add(int64(len(dest)))
-	return fuse.ReadResultFd(h.fd, off, len(dest)), 0
+	return fuse.ReadResultFd(h.fd, h.off+off, h.span(off, len(dest))), 0
+}
+
+// span returns how many of the n bytes asked for at off (of the object)
+// the object has: a segment goes on past a packed object's end.
+func (h *handle) span(off int64, n int) int {
+	return int(max(0, min(int64(n), h.size-off)))
 }
 
 // Release closes the handle when the kernel is done with the file.
@@ -175,11 +184,11 @@ func (f *FS) readUnopened(ctx context.Context, b *bucketView, a object.Attrs, de
 	}
 	f.stats.reads.Add(1)
 	f.stats.readBytes.Add(int64(len(dest)))
-	return &unopenedRead{h: h, off: off, n: len(dest)}, 0
+	return &unopenedRead{h: h, off: h.off + off, n: h.span(off, len(dest))}, 0
 }
 
 // unopenedRead is the answer to a read without an open file: go-fuse
-// splices n bytes at off from the handle's descriptor (or reads them, where
+// splices n bytes at off (of the file, not the object) from the handle's descriptor (or reads them, where
 // it cannot splice) and then calls Done, which closes the handle.
 type unopenedRead struct {
 	h   *handle

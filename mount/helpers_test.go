@@ -63,8 +63,17 @@ func newEnvAt(t testing.TB, dir string, opts emulator.Options, dl fetch.Config) 
 	return newEnvBudget(t, dir, opts, dl, 0)
 }
 
-// newEnvBudget is newEnvAt with a cache of maxBytes (0: the default).
+// newEnvBudget is newEnvAt with a cache of maxBytes (0: the default). The
+// cache packs nothing: most tests look at passthrough, which packed objects
+// never get (TestReadPackedObjects covers them).
 func newEnvBudget(t testing.TB, dir string, opts emulator.Options, dl fetch.Config, maxBytes int64) *env {
+	t.Helper()
+	return newEnvCache(t, dir, opts, dl, tier.Config{MaxBytes: maxBytes, PackBelow: -1})
+}
+
+// newEnvCache is newEnvAt with the cache's settings from tc (its Dir,
+// Source and Downloader are set here).
+func newEnvCache(t testing.TB, dir string, opts emulator.Options, dl fetch.Config, tc tier.Config) *env {
 	t.Helper()
 	ctx := context.Background()
 	emu := cachetest.Emulator(t, opts)
@@ -77,7 +86,8 @@ func newEnvBudget(t testing.TB, dir string, opts emulator.Options, dl fetch.Conf
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := tier.Open(ctx, tier.Config{Dir: dir, Source: src, Downloader: d, MaxBytes: maxBytes})
+	tc.Dir, tc.Source, tc.Downloader = dir, src, d
+	c, err := tier.Open(ctx, tc)
 	if err != nil {
 		t.Fatal(err)
 	}

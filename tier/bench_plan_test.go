@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,7 +23,10 @@ import (
 // 20 ms first byte and 100 MB/s per connection, announced as a plan and
 // read in that order by two readers taking batches of 32 (as DataLoader's
 // workers do), against a bare client's GETs of the same objects on as many
-// connections (the link-limited ideal, measured in the same run).
+// connections (the link-limited ideal, measured in the same run), with the
+// objects packed into segments (the default) and in a file each. cpu-x-link
+// is the process's CPU time per object (getrusage: the cache, or the bare
+// client, and the in-process emulator serving either) over the bare client's.
 func BenchmarkPlannedCold(b *testing.B) {
 	const (
 		objects = 2000
@@ -44,23 +48,42 @@ func BenchmarkPlannedCold(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer emu.Close()
-	for _, conns := range []int{8, 16, 32} {
-		b.Run(fmt.Sprintf("conns-%d+%d", conns, conns), func(b *testing.B) {
-			link := bareLink(b, "http://"+emu.Addr(), plan, 2*conns)
-			var total, firstByte time.Duration
-			for i := 0; i < b.N; i++ {
-				d, fb := plannedEpoch(b, emu.Endpoint(), plan, conns, batch, readers)
-				total += d
-				firstByte += fb
-			}
-			per := total.Seconds() / float64(b.N)
-			b.ReportMetric(float64(firstByte.Milliseconds())/float64(b.N), "first-byte-ms")
-			b.ReportMetric(per, "s/epoch")
-			b.ReportMetric(link.Seconds(), "link-s")
-			b.ReportMetric(per/link.Seconds(), "x-link")
-			b.ReportMetric(float64(objects)/per, "objects/s")
-		})
+	layouts := []struct {
+		name      string
+		packBelow int64
+	}{{"packed", 0}, {"files", -1}}
+	for _, conns := range []int{8, 16, 32, 64} {
+		for _, lay := range layouts {
+			b.Run(fmt.Sprintf("conns-%d+%d/%s", conns, conns, lay.name), func(b *testing.B) {
+				cpu0 := cpuTime()
+				link := bareLink(b, "http://"+emu.Addr(), plan, 2*conns)
+				linkCPU := cpuTime() - cpu0
+				var total, firstByte, cpu time.Duration
+				for i := 0; i < b.N; i++ {
+					cpu0 := cpuTime()
+					d, fb := plannedEpoch(b, emu.Endpoint(), plan, conns, batch, readers, lay.packBelow)
+					cpu += cpuTime() - cpu0
+					total += d
+					firstByte += fb
+				}
+				per := total.Seconds() / float64(b.N)
+				b.ReportMetric(float64(firstByte.Milliseconds())/float64(b.N), "first-byte-ms")
+				b.ReportMetric(per, "s/epoch")
+				b.ReportMetric(link.Seconds(), "link-s")
+				b.ReportMetric(per/link.Seconds(), "x-link")
+				b.ReportMetric(float64(objects)/per, "objects/s")
+				b.ReportMetric(cpu.Seconds()*1e3/float64(b.N)/objects, "cpu-ms/object")
+				b.ReportMetric(cpu.Seconds()/float64(b.N)/linkCPU.Seconds(), "cpu-x-link")
+			})
+		}
 	}
+}
+
+// cpuTime returns the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // bareLink GETs every object of plan through the emulator's link on conns
@@ -102,7 +125,7 @@ func bareLink(b *testing.B, base string, plan []object.Object, conns int) time.D
 // plannedEpoch opens a fresh cache, announces plan and reads it with
 // readers goroutines taking batches in turn; it returns the epoch's time
 // and the mean time to first byte of the cache's range reads.
-func plannedEpoch(b *testing.B, endpoint string, plan []object.Object, conns, batch, readers int) (epoch, firstByte time.Duration) {
+func plannedEpoch(b *testing.B, endpoint string, plan []object.Object, conns, batch, readers int, packBelow int64) (epoch, firstByte time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: endpoint})
@@ -115,7 +138,8 @@ func plannedEpoch(b *testing.B, endpoint string, plan []object.Object, conns, ba
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := Open(ctx, Config{Dir: b.TempDir(), MaxBytes: 8 << 30, Source: src, Downloader: dl, Revalidate: -1})
+	c, err := Open(ctx, Config{Dir: b.TempDir(), MaxBytes: 8 << 30, Source: src, Downloader: dl, Revalidate: -1,
+		PackBelow: packBelow})
 	if err != nil {
 		b.Fatal(err)
 	}

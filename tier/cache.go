@@ -35,9 +35,11 @@ type Cache struct {
 	flights  singleflight.Group // fills, keyed by file id
 	promos   singleflight.Group // promotions, keyed by file id
 	promoteQ chan *entry        // promotions queued by Opens; nil without a hot tier
+	segs     *segments          // the base tier's segment files (packed objects)
+	packQ    chan *packFill     // packed objects written, for the packer to commit
 	dls      *downloads         // downloads in flight, which promotions give way to
 	stop     chan struct{}      // closed by Close to stop the background goroutines
-	bg       sync.WaitGroup     // the flusher, the promoter, the planner and the watcher
+	bg       sync.WaitGroup     // the flusher, the promoter, the planner, the packer and the watcher
 	// onJoin, if set (by tests, before use), is called with the number of
 	// callers waiting on a fill each time one joins it.
 	onJoin func(waiters int)
@@ -132,6 +134,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
 		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
+		packQ: make(chan *packFill, maxPackGroup),
 	}
 	base.plans = c.plans
 	if hot != nil {
@@ -149,6 +152,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		c.bg.Go(c.promoteLoop)
 	}
 	c.bg.Go(c.planLoop)
+	c.bg.Go(c.packLoop)
 	c.startWatch()
 	return c, nil
 }
@@ -172,6 +176,7 @@ func (c *Cache) Close() error {
 	c.running.Wait()
 	close(c.stop)
 	c.bg.Wait()
+	c.segs.closeActive()
 	ferr := c.flushAccess()
 	c.idxMu.Lock()
 	c.idxClosed = true

@@ -37,6 +37,9 @@ const (
 	// ranks of one VM, short enough that one pass over a data set larger than
 	// the shm tier does not churn it.
 	DefaultPromoteWindow = 10 * time.Minute
+	// DefaultPackBelow is Config.PackBelow's default (see docs/benchmarks.md,
+	// "Small objects", for the measurement that chose it).
+	DefaultPackBelow = 1 << 20
 	// defaultBudgetShare is the share of the filesystem used when MaxBytes is 0.
 	defaultBudgetShare = 0.9
 	// defaultShmShare is the share of the filesystem used when ShmMaxBytes
@@ -92,6 +95,12 @@ type Config struct {
 	// PrefetchParallelism is how many objects Prefetch downloads at once,
 	// and the planner too (see Plan). 0 means DefaultPrefetchParallelism.
 	PrefetchParallelism int
+	// PackBelow is the size under which objects are packed: appended to
+	// segment files of the base tier (page-aligned, synced and indexed in
+	// groups) instead of each getting a file of its own. 0 means
+	// DefaultPackBelow; negative packs nothing. Changing it leaves objects
+	// cached before where they are.
+	PackBelow int64
 
 	// hooks, set by tests, observes background work from the start.
 	hooks *testHooks
@@ -112,6 +121,7 @@ type settings struct {
 	dl            Downloader
 	log           *slog.Logger
 	parallelism   int
+	packBelow     int64 // 0: nothing is packed
 	hooks         *testHooks
 }
 
@@ -147,6 +157,12 @@ func (c Config) settings() (settings, error) {
 	}
 	if s.parallelism == 0 {
 		s.parallelism = DefaultPrefetchParallelism
+	}
+	switch {
+	case c.PackBelow == 0:
+		s.packBelow = DefaultPackBelow
+	case c.PackBelow > 0:
+		s.packBelow = c.PackBelow
 	}
 	return s, nil
 }

@@ -45,6 +45,20 @@ func copyFile(ctx context.Context, dst, src *os.File, n int64) error {
 	return nil // not reached: copyBuffered never falls back
 }
 
+// copySection copies the n bytes of src at off to the start of dst through
+// a buffer: for packed objects, which are small. A src that ends early is an
+// error.
+func copySection(dst, src *os.File, off, n int64) error {
+	w, err := io.Copy(io.NewOffsetWriter(dst, 0), io.NewSectionReader(src, off, n))
+	if err != nil {
+		return fmt.Errorf("copy: %w", err)
+	}
+	if w != n {
+		return fmt.Errorf("copy: %d bytes of %d: %w", w, n, io.ErrUnexpectedEOF)
+	}
+	return nil
+}
+
 // copyRange copies with copy_file_range(2).
 func copyRange(ctx context.Context, dst, src *os.File, off, n int64) (int64, error) {
 	woff := off

@@ -35,21 +35,36 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
+// TestFilesystemFull fills a filesystem smaller than the budget, with
+// objects in a file each and packed into segments: eviction makes room, a
+// fill with everything held fails cleanly, and a restart finds the index
+// consistent with the files.
 func TestFilesystemFull(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		packBelow int64
+		size, n   int
+	}{{"files", -1, 1 << 20, 12}, {"packed", 1 << 20, 512 << 10, 24}} {
+		t.Run(tc.name, func(t *testing.T) { testFilesystemFull(t, tc.packBelow, tc.size, tc.n) })
+	}
+}
+
+func testFilesystemFull(t *testing.T, packBelow int64, size, n int) {
 	mnt := mountTmpfs(t, "8m")
 	env := newDirEnv(t)
 	dir := filepath.Join(mnt, "cache")
-	c := openCache(t, env.config(dir, 64<<20)) // budget far above the filesystem
+	cfg := env.config(dir, 64<<20) // budget far above the filesystem
+	cfg.PackBelow = packBelow
+	c := openCache(t, cfg)
 	ctx := context.Background()
-	const size = 1 << 20
-	for i := range 12 {
+	for i := range n {
 		name := fmt.Sprintf("o%02d", i)
 		env.put(t, "bkt", name, pattern(i, size))
 		openRead(t, c, obj("bkt", name), pattern(i, size))
 	}
 	st := c.Stats().Base()
-	if st.Evictions == 0 || st.Entries+st.Evictions != 12 {
-		t.Errorf("Stats() = %+v; want evictions to have made room for all 12 objects", st)
+	if st.Evictions == 0 || st.Entries+st.Evictions != int64(n) {
+		t.Errorf("Stats() = %+v; want evictions to have made room for all %d objects", st, n)
 	}
 	checkIndexMatchesFiles(t, c)
 
@@ -90,7 +105,7 @@ func TestFilesystemFull(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	c2 := openCache(t, env.config(dir, 64<<20))
+	c2 := openCache(t, cfg)
 	if after := c2.Entries("bkt", ""); len(after) != len(before) {
 		t.Errorf("entries after restart = %d; want %d", len(after), len(before))
 	}
@@ -102,10 +117,16 @@ func TestFilesystemFull(t *testing.T) {
 func checkIndexMatchesFiles(t *testing.T, c *Cache) {
 	t.Helper()
 	want := map[string]bool{}
-	for _, e := range c.Entries("bkt", "") {
-		a := e.Attrs
-		want[rel(t, c.base.lay.root, c.base.lay.path(idOf(a.Bucket, a.Name, a.Generation)))] = true
+	c.mu.Lock()
+	for _, e := range c.entries {
+		want[rel(t, c.base.lay.root, e.path())] = true // a packed object's: its segment
 	}
+	c.mu.Unlock()
+	c.segs.mu.Lock()
+	if c.segs.active != nil { // it may hold nothing live
+		want[rel(t, c.base.lay.root, c.segs.active.path)] = true
+	}
+	c.segs.mu.Unlock()
 	got := map[string]bool{}
 	for _, f := range dataFiles(t, c.base.lay.root) {
 		got[f] = true

@@ -119,22 +119,29 @@ func (c *Cache) findFile(o object.Object) *entry {
 // fill reserves space, downloads a into a new file, publishes and indexes
 // it. If the filesystem is full it evicts to make room and tries once more.
 func (c *Cache) fill(ctx context.Context, a object.Attrs, u *object.Urgency) (*entry, error) {
+	if c.packs(a) {
+		need := roundUp(a.Size, c.segs.align)
+		if err := c.reserve(ctx, need, a); err != nil {
+			return nil, err
+		}
+		e, err := c.fillPacked(ctx, a, u, need)
+		if err != nil {
+			c.unreserve(need)
+			if errors.Is(err, syscall.ENOSPC) {
+				err = fmt.Errorf("%w: filesystem full: %w", ErrNoSpace, err)
+			}
+		}
+		return e, err
+	}
 	need := roundUp(a.Size, c.base.bsize)
 	if err := c.reserve(ctx, need, a); err != nil {
 		return nil, err
 	}
-	fi, err := c.download(ctx, a, u)
-	if errors.Is(err, syscall.ENOSPC) {
-		freed, ferr := c.freeDisk(need)
-		switch {
-		case ferr != nil:
-			err = errors.Join(err, ferr)
-		case freed:
-			fi, err = c.download(ctx, a, u)
-		default:
-			err = fmt.Errorf("%w (evicting everything unused would not free enough)", err)
-		}
-	}
+	var fi fs.FileInfo
+	err := c.roomOnFull(need, func() (err error) {
+		fi, err = c.download(ctx, a, u)
+		return err
+	})
 	if err == nil && !a.HasCRC32C && a.Size > 0 {
 		// The source gave no CRC32C (a Dir, a fleet's chunk copy): record
 		// the one of the bytes as filled, so Verify can tell later damage.
@@ -155,6 +162,24 @@ func (c *Cache) fill(ctx context.Context, a object.Attrs, u *object.Urgency) (*e
 		err = fmt.Errorf("%w: filesystem full: %w", ErrNoSpace, err)
 	}
 	return nil, err
+}
+
+// roomOnFull runs try and, if the filesystem was full (ENOSPC), evicts
+// least recently used copies until need bytes and the headroom are free and
+// runs it once more.
+func (c *Cache) roomOnFull(need int64, try func() error) error {
+	err := try()
+	if !errors.Is(err, syscall.ENOSPC) {
+		return err
+	}
+	freed, ferr := c.freeDisk(need)
+	switch {
+	case ferr != nil:
+		return errors.Join(err, ferr)
+	case freed:
+		return try()
+	}
+	return fmt.Errorf("%w (evicting everything unused would not free enough)", err)
 }
 
 // download writes a into a temp file, fsyncs it, renames it into place and
@@ -226,6 +251,12 @@ func (c *Cache) writeTemp(ctx context.Context, f *os.File, a object.Attrs, u *ob
 // a full disk shows up here as ENOSPC rather than mid-download, and the
 // index's mmapped files never meet a full filesystem.
 func (c *Cache) allocate(f *os.File, size int64, s *store) error {
+	return c.allocateAt(f, 0, size, s, unix.FALLOC_FL_KEEP_SIZE)
+}
+
+// allocateAt is allocate for the size bytes at off, with fallocate mode
+// mode (a segment grows to hold what is allocated: mode 0).
+func (c *Cache) allocateAt(f *os.File, off, size int64, s *store, mode uint32) error {
 	if size == 0 {
 		return nil
 	}
@@ -240,7 +271,7 @@ func (c *Cache) allocate(f *os.File, size int64, s *store) error {
 		return fmt.Errorf("allocate %d bytes: %d available and %d kept free: %w",
 			need, avail, s.headroom, syscall.ENOSPC)
 	}
-	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, size)
+	err := unix.Fallocate(int(f.Fd()), mode, off, size)
 	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
 		return nil // best effort: the download reports ENOSPC instead
 	}

@@ -96,9 +96,11 @@ func (e *dirEnv) put(t testing.TB, bucket, name string, data []byte) object.Attr
 	return a
 }
 
-// config returns a Config over the env for cache directory dir.
+// config returns a Config over the env for cache directory dir. Nothing is
+// packed: these tests look at the file each object has of its own (see
+// packConfig for segments).
 func (e *dirEnv) config(dir string, maxBytes int64) Config {
-	return Config{Dir: dir, MaxBytes: maxBytes, Source: e.src, Downloader: e.dl, Revalidate: -1}
+	return Config{Dir: dir, MaxBytes: maxBytes, Source: e.src, Downloader: e.dl, Revalidate: -1, PackBelow: -1}
 }
 
 // openCache opens a cache and closes it after the test.

@@ -66,9 +66,9 @@ func (h *testHooks) onPlanned(objects int, err error) {
 }
 
 // isResident reports whether e's base file, at path, is wholly in memory.
-func (h *testHooks) isResident(key, path string, size int64) bool {
+func (h *testHooks) isResident(key, path string, off, size int64) bool {
 	if h != nil && h.resident != nil {
 		return h.resident(key)
 	}
-	return resident(path, size)
+	return resident(path, off, size)
 }

@@ -20,6 +20,7 @@ const promoteQueueLen = 256
 func (c *Cache) newHotCopyLocked(e *entry, blocks int64, ident fileIdent) *entry {
 	r := e.rec
 	r.blocks = blocks
+	r.packed, r.seg, r.off = false, 0, 0 // a file of its own
 	return &entry{key: e.key, st: c.hot, owner: e, id: e.id, ident: ident, rec: r}
 }
 

@@ -15,11 +15,12 @@ import (
 // doc). Bump it when the key or record encoding changes incompatibly, and
 // teach checkFormat to migrate the older versions it can.
 //
-// Version 2 added the record flags flagShm and flagHotPin. A version 1 index
-// is a valid version 2 index (it never sets them), so migrating it only
-// restamps the version; an older build then refuses the index with ErrFormat
-// instead of dropping the entries whose flags it does not know.
-const formatVersion = 2
+// Version 2 added the record flags flagShm and flagHotPin, version 3 the flag
+// flagPacked (an object stored in a segment file, at an offset). An older
+// index is a valid newer one (it never sets the new flags), so migrating it
+// only restamps the version; an older build then refuses the index with
+// ErrFormat instead of dropping the entries whose flags it does not know.
+const formatVersion = 3
 
 // formatKey holds the format version as a uvarint. Meta keys start with NUL,
 // which no entry key does (buckets are non-empty and contain no NUL).
@@ -38,6 +39,11 @@ type record struct {
 	updated int64 // unix ns; 0 if unknown
 	checked int64 // unix ns of the last Stat that confirmed gen
 	access  int64 // unix ns of the last use
+	// packed objects live in segment file seg at offset off (a multiple
+	// of the page size) instead of a file of their own.
+	packed bool
+	seg    uint64
+	off    int64
 }
 
 // Record flag bits.
@@ -46,12 +52,14 @@ const (
 	flagPinned = 1 << 1
 	flagShm    = 1 << 2 // format version 2
 	flagHotPin = 1 << 3 // format version 2
-	flagsKnown = flagCRC | flagPinned | flagShm | flagHotPin
+	flagPacked = 1 << 4 // format version 3
+	flagsKnown = flagCRC | flagPinned | flagShm | flagHotPin | flagPacked
 )
 
 // appendRecord appends r's encoding: flags byte (see the flag bits), varint gen, uvarint size,
 // uvarint blocks, 4-byte little-endian CRC32C (only if flagCRC), varint
-// updated, varint checked, varint access.
+// updated, varint checked, varint access, and (only if flagPacked) uvarint
+// segment and uvarint offset.
 func appendRecord(b []byte, r record) []byte {
 	var flags byte
 	if r.hasCRC {
@@ -66,6 +74,9 @@ func appendRecord(b []byte, r record) []byte {
 	if r.hotPin {
 		flags |= flagHotPin
 	}
+	if r.packed {
+		flags |= flagPacked
+	}
 	b = append(b, flags)
 	b = binary.AppendVarint(b, r.gen)
 	b = binary.AppendUvarint(b, uint64(r.size))
@@ -75,7 +86,12 @@ func appendRecord(b []byte, r record) []byte {
 	}
 	b = binary.AppendVarint(b, r.updated)
 	b = binary.AppendVarint(b, r.checked)
-	return binary.AppendVarint(b, r.access)
+	b = binary.AppendVarint(b, r.access)
+	if r.packed {
+		b = binary.AppendUvarint(b, r.seg)
+		b = binary.AppendUvarint(b, uint64(r.off))
+	}
+	return b
 }
 
 // errBadRecord means an index value does not decode.
@@ -99,9 +115,14 @@ func decodeRecord(b []byte) (record, error) {
 		r.crc = d.uint32()
 	}
 	r.updated, r.checked, r.access = d.varint(), d.varint(), d.varint()
-	if d.bad || len(d.b) != 0 || size > 1<<62 || blocks > 1<<62 {
+	var off uint64
+	if r.packed = b[0]&flagPacked != 0; r.packed {
+		r.seg, off = d.uvarint(), d.uvarint()
+	}
+	if d.bad || len(d.b) != 0 || size > 1<<62 || blocks > 1<<62 || off > 1<<62 || (r.packed && off%pageSize != 0) {
 		return record{}, errBadRecord
 	}
+	r.off = int64(off)
 	r.size, r.blocks = int64(size), int64(blocks)
 	return r, nil
 }
@@ -208,11 +229,11 @@ func (x *index) checkFormat(log *slog.Logger) error {
 		switch {
 		case n <= 0 || n != len(v):
 			return fmt.Errorf("%w: unreadable version %x", ErrFormat, v)
-		case ver == 1: // its records are valid version 2 records
+		case ver == 1 || ver == 2: // its records are valid version 3 records
 			log.Info("tier: migrating the index format", "from", ver, "to", formatVersion)
 			return txn.Set(formatKey, stamp)
 		case ver != formatVersion:
-			return fmt.Errorf("%w: index has format version %d, this build reads versions 1 and %d",
+			return fmt.Errorf("%w: index has format version %d, this build reads versions 1 to %d",
 				ErrFormat, ver, formatVersion)
 		}
 		return nil

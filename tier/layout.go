@@ -90,6 +90,7 @@ type layout struct {
 	root  string // the tier's directory, absolute
 	data  string // root/data: 256 subdirectories 00..ff and tmp
 	tmp   string // root/data/tmp: files being filled
+	seg   string // root/data/seg: segment files of packed objects; "" for the hot tier
 	index string // root/index: badger; "" for the hot tier, which has none
 }
 
@@ -97,6 +98,7 @@ type layout struct {
 func newLayout(root string) layout {
 	l := newHotLayout(root)
 	l.index = filepath.Join(root, indexName)
+	l.seg = filepath.Join(l.data, segName)
 	return l
 }
 
@@ -121,7 +123,7 @@ func (l layout) subdirs() []string {
 func (l layout) create() error {
 	dirs := []string{l.data, l.tmp}
 	if l.index != "" {
-		dirs = append(dirs, l.index)
+		dirs = append(dirs, l.index, l.seg)
 	}
 	dirs = append(dirs, l.subdirs()...)
 	created := false
@@ -210,18 +212,34 @@ func (id fileIdent) matches(st *syscall.Stat_t, size int64) error {
 	return nil
 }
 
-// checkFile checks an open file against id and size with one fstat.
-func (id fileIdent) checkFile(f *os.File, size int64) error {
+// check returns nil if st is the file copy e was published in: its own file
+// (see fileIdent.matches), or for a packed object its segment, which must
+// still hold the object's bytes (a segment grows, so only its inode is
+// compared, and its size must reach the object's end).
+func (e *entry) check(st *syscall.Stat_t) error {
+	if e.seg == nil {
+		return e.ident.matches(st, e.rec.size)
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Ino != e.seg.ino || st.Size < e.rec.off+e.rec.size {
+		return fmt.Errorf("%w: segment %s has size %d, inode %d; published as inode %d with the object at %d+%d",
+			errChanged, filepath.Base(e.seg.path), st.Size, st.Ino, e.seg.ino, e.rec.off, e.rec.size)
+	}
+	return nil
+}
+
+// checkFile checks f, open on e's path, with one fstat (see check).
+func (e *entry) checkFile(f *os.File) error {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		return fmt.Errorf("fstat %s: %w", f.Name(), err)
 	}
-	return id.matches(&st, size)
+	return e.check(&st)
 }
 
-// checkPath checks the file at p against id and size without following
-// links; a missing file is changed.
-func (id fileIdent) checkPath(p string, size int64) error {
+// checkPath checks e's path without following links; a missing file is
+// changed.
+func (e *entry) checkPath() error {
+	p := e.path()
 	var st syscall.Stat_t
 	if err := syscall.Lstat(p, &st); err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -229,7 +247,16 @@ func (id fileIdent) checkPath(p string, size int64) error {
 		}
 		return fmt.Errorf("lstat %s: %w", p, err)
 	}
-	return id.matches(&st, size)
+	return e.check(&st)
+}
+
+// path returns the file holding copy e's bytes: its own data file, or its
+// segment.
+func (e *entry) path() string {
+	if e.seg != nil {
+		return e.seg.path
+	}
+	return e.st.path(e.id)
 }
 
 // roundUp rounds n up to a multiple of b (b > 0).

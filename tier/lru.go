@@ -37,7 +37,10 @@ type entry struct {
 	st    *store    // the tier holding the file
 	owner *entry    // for a hot copy, its base entry; nil for base entries
 	id    fileID    // data file name
-	ident fileIdent // the file as published
+	ident fileIdent // the file as published (own files; unused when packed)
+	// seg is the segment holding a packed copy's bytes (at rec.off); nil
+	// for a copy in a file of its own.
+	seg *segment
 	// stale is the flag that handles opened on this copy report (Handle.
 	// Stale), created by the first handle (most cached objects are never
 	// opened while cached: see staleFlagLocked). It is set, never cleared,
@@ -320,20 +323,34 @@ func (c *Cache) retireLocked(e *entry, dead []*entry) []*entry {
 		return append(dead, e)
 	}
 	e.state = zombie
-	if old := e.st.zombies[e.id]; old != nil { // its path is e's now
+	e.st.pending += e.rec.blocks
+	if old := e.st.zombies[e.id]; old != nil {
+		if e.seg != nil && old.seg == nil {
+			// old keeps its file's path; e, whose bytes are in a
+			// segment, waits apart and frees its own region.
+			e.detached = true
+			e.st.detached[e] = struct{}{}
+			return dead
+		}
+		// The id is e's now; old's path too unless old is packed (a
+		// packed detached zombie still frees its region).
 		old.detached = true
 		e.st.detached[old] = struct{}{}
 	}
 	e.st.zombies[e.id] = e
-	e.st.pending += e.rec.blocks
 	return dead
 }
 
 // buryLocked marks e gone and registers its deletion; removeFiles finishes it.
+// A packed copy's deletion (a hole punched in its segment) frees no path,
+// so it is not registered.
 func (c *Cache) buryLocked(e *entry) {
 	e.markStaleLocked()
 	e.state = gone
 	e.st.used -= e.rec.blocks
+	if e.seg != nil {
+		return
+	}
 	if _, ok := e.st.deleting[e.id]; !ok {
 		e.st.deleting[e.id] = make(chan struct{})
 	}

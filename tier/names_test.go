@@ -66,7 +66,7 @@ func TestHostileNamesAnySource(t *testing.T) {
 	src := newMemSource()
 	parent := t.TempDir()
 	dir := filepath.Join(parent, "cache")
-	cfg := Config{Dir: dir, MaxBytes: 1 << 20, Source: src, Downloader: newDownloader(t, src)}
+	cfg := Config{Dir: dir, MaxBytes: 1 << 20, Source: src, Downloader: newDownloader(t, src), PackBelow: -1}
 	c := openCache(t, cfg)
 	before := snapshot(t, parent, dir)
 	for i, name := range names {

@@ -278,10 +278,10 @@ func (c *Cache) dropCopy(cp *entry, count func()) bool {
 func (c *Cache) newHandle(g grant) (*Handle, error) {
 	e := g.cp
 	a := e.attrs()
-	p := e.st.path(e.id)
+	p := e.path()
 	f, err := os.Open(p)
 	if err == nil {
-		if err = e.ident.checkFile(f, e.rec.size); err != nil {
+		if err = e.checkFile(f); err != nil {
 			f.Close()
 		}
 	}
@@ -290,12 +290,16 @@ func (c *Cache) newHandle(g grant) (*Handle, error) {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errChanged) {
 			c.cfg.log.Warn("tier: cached file vanished or changed; dropping it", "object", a.Object.String(),
 				"path", p, "err", err)
+			if e.seg != nil {
+				c.segs.lost(e.seg)
+			}
 			c.dropDamaged(e)
 			return nil, retryError{fmt.Errorf("tier: open %s: %w", a.Object, err)}
 		}
 		return nil, fmt.Errorf("tier: open %s: %w", a.Object, err)
 	}
-	return &Handle{c: c, e: e, f: f, attrs: a, path: p, stale: g.stale}, nil
+	return &Handle{c: c, e: e, f: f, r: io.NewSectionReader(f, e.rec.off, e.rec.size), attrs: a, path: p,
+		stale: g.stale}, nil
 }
 
 // release drops a handle's reference; the last one on a zombie deletes its
@@ -311,11 +315,16 @@ func (c *Cache) release(e *entry) {
 	var dead bool
 	if e.refs == 0 && e.state == zombie && !c.closed {
 		e.st.pending -= e.rec.blocks
-		if e.detached {
+		if e.detached && e.seg == nil { // its path is a newer copy's
 			delete(e.st.detached, e)
 			e.state = gone
 			e.st.used -= e.rec.blocks
 			e.st.signalLocked()
+		} else if e.detached { // a packed copy's region is its own to free
+			delete(e.st.detached, e)
+			c.buryLocked(e)
+			c.running.Add(1)
+			dead = true
 		} else {
 			delete(e.st.zombies, e.id)
 			c.buryLocked(e)
@@ -340,6 +349,7 @@ type Handle struct {
 	c      *Cache
 	e      *entry // the copy: a base entry or a hot copy
 	f      *os.File
+	r      *io.SectionReader // the object's bytes in f
 	attrs  object.Attrs
 	path   string
 	stale  *atomic.Bool
@@ -351,10 +361,23 @@ var _ io.ReaderAt = (*Handle)(nil)
 // Attrs returns the attributes of the generation the handle holds.
 func (h *Handle) Attrs() object.Attrs { return h.attrs }
 
-// Path returns the cached file's path, valid until Close. The file must not
-// be modified. If the copy leaves the cache and the same generation is
-// cached again, the path may name the new copy: the same bytes.
+// Path returns the path of the file holding the object's bytes, valid
+// until Close: a file of the object's own, or for a packed object (Packed) a
+// segment file shared with other objects, in which the bytes start at
+// Offset. The file must not be modified. If the copy leaves the cache and
+// the same generation is cached again, the path may name the new copy: the
+// same bytes.
 func (h *Handle) Path() string { return h.path }
+
+// Offset returns where the object's bytes start in the file at Path: 0 for
+// a file of its own; for a packed object a multiple of the page size, so
+// the object's Size bytes can be mapped from there by themselves.
+func (h *Handle) Offset() int64 { return h.e.rec.off }
+
+// Packed reports whether the file at Path holds other objects too (small
+// objects are packed into segment files): it must then be read at Offset,
+// never as a whole (linked, passed through, sent entire).
+func (h *Handle) Packed() bool { return h.e.seg != nil }
 
 // Tier returns the tier of the handle's file: Shm or Disk.
 func (h *Handle) Tier() Kind { return h.e.st.name }
@@ -369,8 +392,9 @@ func (h *Handle) Size() int64 { return h.attrs.Size }
 // open again to get the current copy. Stale costs one atomic load.
 func (h *Handle) Stale() bool { return h.stale.Load() }
 
-// ReadAt implements io.ReaderAt over the cached file.
-func (h *Handle) ReadAt(p []byte, off int64) (int, error) { return h.f.ReadAt(p, off) }
+// ReadAt implements io.ReaderAt over the object's bytes (off 0 is the
+// object's first byte, wherever its file holds it; reads end at its Size).
+func (h *Handle) ReadAt(p []byte, off int64) (int, error) { return h.r.ReadAt(p, off) }
 
 // Reused records a use of the handle's copy as an Open of it would: the
 // cache's recency of use and hit count, and its access plans (the object

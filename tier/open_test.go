@@ -67,7 +67,7 @@ func (e *gcsEnv) delete(t testing.TB, name string) {
 }
 
 func (e *gcsEnv) config(dir string) Config {
-	return Config{Dir: dir, MaxBytes: 64 << 20, Source: e.src, Downloader: e.dl, Revalidate: time.Hour}
+	return Config{Dir: dir, MaxBytes: 64 << 20, Source: e.src, Downloader: e.dl, Revalidate: time.Hour, PackBelow: -1}
 }
 
 func TestRevalidation(t *testing.T) {

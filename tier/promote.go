@@ -170,9 +170,9 @@ func (c *Cache) countSkip() {
 // error no file is left behind.
 func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 	a := e.attrs()
-	src, err := os.Open(c.base.path(e.id))
+	src, err := os.Open(e.path())
 	if err == nil {
-		if err = e.ident.checkFile(src, e.rec.size); err != nil {
+		if err = e.checkFile(src); err != nil {
 			src.Close()
 		}
 	}
@@ -190,7 +190,7 @@ func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 	err = c.hooks.Load().onCopy(ctx, e.key)
 	var fi fs.FileInfo
 	if err == nil {
-		fi, err = c.writeHotTemp(ctx, f, src, a.Size)
+		fi, err = c.writeHotTemp(ctx, f, src, e.rec.off, a.Size)
 	}
 	if cerr := f.Close(); err == nil && cerr != nil {
 		err = cerr
@@ -210,13 +210,17 @@ func (c *Cache) copyToHot(ctx context.Context, e *entry) (*entry, error) {
 	return c.newHotCopyLocked(e, blocksOf(fi), identOfInfo(fi)), nil
 }
 
-// writeHotTemp allocates f in the shm tier, copies size bytes of src into
-// it, syncs it and returns its final stat.
-func (c *Cache) writeHotTemp(ctx context.Context, f, src *os.File, size int64) (fs.FileInfo, error) {
+// writeHotTemp allocates f in the shm tier, copies the size bytes of src at
+// off into it, syncs it and returns its final stat.
+func (c *Cache) writeHotTemp(ctx context.Context, f, src *os.File, off, size int64) (fs.FileInfo, error) {
 	if err := c.allocate(f, size, c.hot); err != nil {
 		return nil, err
 	}
-	if err := copyFile(ctx, f, src, size); err != nil {
+	if off == 0 {
+		if err := copyFile(ctx, f, src, size); err != nil {
+			return nil, err
+		}
+	} else if err := copySection(f, src, off, size); err != nil { // a packed object: small
 		return nil, err
 	}
 	if err := f.Sync(); err != nil { // free on tmpfs; durable elsewhere

@@ -43,7 +43,7 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	expected, bad, err := c.loadIndex()
+	expected, packed, bad, err := c.loadIndex()
 	if err != nil {
 		return err
 	}
@@ -51,6 +51,12 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pk, err := c.reconcileSegments(packed)
+	if err != nil {
+		return err
+	}
+	adopt = append(adopt, pk.adopt...)
+	drop = append(drop, pk.drop...)
 	drop = append(drop, bad...)
 	if err := c.idx.deleteBatch(drop); err != nil {
 		return err
@@ -72,6 +78,7 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	c.cfg.log.Info("tier: cache opened", "dir", c.base.lay.root, "tier", c.base.name, "entries", st.Entries,
 		"used", st.UsedBytes, "max", st.MaxBytes, "temp_removed", temps, "orphans_removed", orphans,
 		"records_dropped", len(drop), "evicted_over_budget", st.Evictions,
+		"segments", pk.segments, "segments_removed", pk.removed, "segment_gaps_freed", pk.gaps,
 		"shm_entries", shm.Entries, "shm_used", shm.UsedBytes, "shm_temp_removed", hot.temps,
 		"shm_orphans_removed", hot.orphans, "shm_copies_lost", hot.lost,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -159,10 +166,12 @@ func (c *Cache) reconcileHot(ctx context.Context) (hotReconcile, error) {
 	return r, nil
 }
 
-// loadIndex reads every record into an entry, keyed by file id. bad lists
-// the keys of records that do not decode (or collide), to be dropped.
-func (c *Cache) loadIndex() (map[fileID]*entry, []string, error) {
+// loadIndex reads every record into an entry: those with a file of their
+// own keyed by file id, packed ones in a list. bad lists the keys of records
+// that do not decode (or collide), to be dropped.
+func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, []string, error) {
 	expected := make(map[fileID]*entry)
+	var packed []*entry
 	var bad []string
 	err := c.idx.scan(func(k, v []byte) {
 		key := string(k)
@@ -177,13 +186,17 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []string, error) {
 		if c.hot == nil {
 			e.rec.inShm = false // no shm tier now: any copy there is not ours to use
 		}
+		if r.packed {
+			packed = append(packed, e)
+			return
+		}
 		if _, dup := expected[e.id]; dup {
 			bad = append(bad, key)
 			return
 		}
 		expected[e.id] = e
 	})
-	return expected, bad, err
+	return expected, packed, bad, err
 }
 
 // scanData reads the 256 data subdirectories of lay in parallel, removing

@@ -177,7 +177,13 @@ func openHandle(t testing.TB, c *Cache, o object.Object, want []byte, tier Kind)
 // tempFiles lists the files in a tier's temp directory.
 func tempFiles(t testing.TB, root string) []string {
 	t.Helper()
-	des, err := os.ReadDir(filepath.Join(root, dataName, tmpName))
+	return dirNames(t, filepath.Join(root, dataName, tmpName))
+}
+
+// dirNames lists the names in dir.
+func dirNames(t testing.TB, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

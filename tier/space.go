@@ -187,14 +187,34 @@ func (c *Cache) removeFiles(es []*entry) {
 	if len(es) == 0 {
 		return
 	}
+	var packed map[*segment][]region
 	for _, e := range es {
+		if e.seg != nil {
+			if packed == nil {
+				packed = make(map[*segment][]region)
+			}
+			packed[e.seg] = append(packed[e.seg], region{e.rec.off, e.rec.blocks})
+			continue
+		}
 		p := e.st.path(e.id)
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			c.cfg.log.Warn("tier: remove cached file", "path", p, "err", err)
 		}
 	}
+	for seg, rs := range packed {
+		if err := punchRegions(seg, rs); err != nil {
+			c.cfg.log.Warn("tier: free packed objects' space", "segment", seg.path, "err", err)
+		}
+		if err := c.segs.release(seg, len(rs)); err != nil {
+			c.cfg.log.Warn("tier: remove segment", "segment", seg.path, "err", err)
+		}
+	}
 	c.mu.Lock()
 	for _, e := range es {
+		if e.seg != nil {
+			e.st.signalLocked()
+			continue
+		}
 		if ch, ok := e.st.deleting[e.id]; ok {
 			close(ch)
 			delete(e.st.deleting, e.id)

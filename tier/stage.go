@@ -99,7 +99,7 @@ func (c *Cache) StageObjects(ctx context.Context, objs []object.Object) (promote
 	es := c.planEntries(objs)
 	now := es[:0]
 	for _, e := range es {
-		if c.hooks.Load().isResident(e.key, c.base.path(e.id), e.rec.size) {
+		if c.hooks.Load().isResident(e.key, e.path(), e.rec.off, e.rec.size) {
 			c.mu.Lock()
 			if e.hot == nil && !e.promoting {
 				c.queuePromoteLocked(e)
@@ -128,9 +128,10 @@ func (c *Cache) planEntries(objs []object.Object) []*entry {
 	return es
 }
 
-// resident reports whether every page of the file at path, of size bytes,
+// resident reports whether every page of the size bytes at off (a multiple
+// of the page size) of the file at path
 // is in memory (mincore). Any error says no: the caller then copies.
-func resident(path string, size int64) bool {
+func resident(path string, off, size int64) bool {
 	if size <= 0 || int64(int(size)) != size {
 		return false
 	}
@@ -139,7 +140,7 @@ func resident(path string, size int64) bool {
 		return false
 	}
 	defer f.Close()
-	m, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+	m, err := unix.Mmap(int(f.Fd()), off, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return false
 	}

@@ -18,16 +18,16 @@ func TestResident(t *testing.T) {
 	if err := os.WriteFile(path, make([]byte, 4*page), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !resident(path, 4*page) {
+	if !resident(path, 0, 4*page) {
 		t.Errorf("a file just written is not resident")
 	}
 	if err := os.Truncate(path, 8*page); err != nil { // a hole: pages never in memory
 		t.Fatal(err)
 	}
-	if resident(path, 8*page) {
+	if resident(path, 0, 8*page) {
 		t.Errorf("a file with a hole is resident")
 	}
-	if resident(filepath.Join(t.TempDir(), "missing"), page) || resident(path, 0) {
+	if resident(filepath.Join(t.TempDir(), "missing"), 0, page) || resident(path, 0, 0) {
 		t.Errorf("a missing or empty file is resident")
 	}
 }

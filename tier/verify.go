@@ -179,7 +179,7 @@ func (c *Cache) verifyCopy(ctx context.Context, cp *entry, pace *pacer, res *Ver
 		reason = fmt.Sprintf("CRC32C %08x, want %08x", crc, a.CRC32C)
 	}
 	c.cfg.log.Warn("tier: cached copy is corrupt; dropping it", "tier", cp.st.name,
-		"object", a.Object.String(), "path", cp.st.path(cp.id), "reason", reason)
+		"object", a.Object.String(), "path", cp.path(), "reason", reason)
 	if c.dropCopy(cp, func() { c.verifyCountersLocked(cp.st).corrupt++ }) {
 		res.Corrupt++
 		res.drop(a.Object, cp.st.name, reason)
@@ -215,26 +215,27 @@ func (c *Cache) verifyCountersLocked(st *store) *verifyCounters {
 // read. A file that is not the one the cache published, before or after
 // the read, is an error matching errChanged (or fs.ErrNotExist).
 func (c *Cache) readCopy(ctx context.Context, cp *entry, pace *pacer) (uint32, int64, error) {
-	p := cp.st.path(cp.id)
+	p := cp.path()
 	// A disk copy read only for this would push the page cache's working
 	// set out: drop its pages after, unless they were all there before.
-	keepPages := cp.st.name != Disk || resident(p, cp.rec.size)
+	keepPages := cp.st.name != Disk || resident(p, cp.rec.off, cp.rec.size)
 	f, err := os.Open(p)
 	if err != nil {
 		return 0, 0, err
 	}
 	defer f.Close()
-	if err := cp.ident.checkFile(f, cp.rec.size); err != nil {
+	if err := cp.checkFile(f); err != nil {
 		return 0, 0, err
 	}
 	var crc uint32
 	var n int64
 	buf := make([]byte, verifyBuf)
+	r := io.NewSectionReader(f, cp.rec.off, cp.rec.size)
 	for {
 		if err := wait.Sleep(ctx, pace.take(time.Now(), min(int64(len(buf)), max(cp.rec.size-n, 0)))); err != nil {
 			return crc, n, err
 		}
-		m, rerr := f.Read(buf)
+		m, rerr := r.Read(buf)
 		crc = crc32.Update(crc, castagnoli, buf[:m])
 		n += int64(m)
 		if rerr == io.EOF {
@@ -245,12 +246,12 @@ func (c *Cache) readCopy(ctx context.Context, cp *entry, pace *pacer) (uint32, i
 		}
 	}
 	if !keepPages {
-		unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+		unix.Fadvise(int(f.Fd()), cp.rec.off, cp.rec.size, unix.FADV_DONTNEED)
 	}
 	if n != cp.rec.size {
 		return crc, n, fmt.Errorf("%w: read %d bytes of %d", errChanged, n, cp.rec.size)
 	}
-	return crc, n, cp.ident.checkFile(f, cp.rec.size)
+	return crc, n, cp.checkFile(f)
 }
 
 // pacer spaces reads to average at most rate bytes per second: a token

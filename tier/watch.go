@@ -125,8 +125,8 @@ func (c *Cache) checkCopy(st *store, id fileID) bool {
 // dropIfChanged drops copy cp if its file was deleted or changed, and
 // reports whether it did.
 func (c *Cache) dropIfChanged(cp *entry) bool {
-	p := cp.st.path(cp.id)
-	err := cp.ident.checkPath(p, cp.rec.size)
+	p := cp.path()
+	err := cp.checkPath()
 	if !errors.Is(err, errChanged) {
 		return false
 	}

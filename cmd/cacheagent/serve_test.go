@@ -306,7 +306,7 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 // evicts the object (it stays, pending, while leased), then kills the
 // client with SIGKILL: the daemon releases the lease and the file goes.
 func TestServeLeaseDroppedOnSIGKILL(t *testing.T) {
-	objs := dataset("bkt", []string{"l/0"}, 200_000)
+	objs := dataset("bkt", []string{"l/0"}, 1<<20+200_000) // not packed: a file of its own, deleted at the end
 	s := startEmulator(t, emulator.Options{Objects: objs})
 	dir := t.TempDir()
 	p := startServe(t, dir, daemonConfig(dir, s.Endpoint(), ""))

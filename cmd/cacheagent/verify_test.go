@@ -26,7 +26,7 @@ func cachedFiles(t *testing.T, cacheDir string) []string {
 // the cache directory: it reports and drops the copy, and cat then reads
 // the object intact (fetched again).
 func TestVerifyStandalone(t *testing.T) {
-	objs := dataset("bkt", []string{"v/a", "v/b"}, 50_000)
+	objs := dataset("bkt", []string{"v/a", "v/b"}, 1<<20+50_000) // not packed: a file each, to flip a byte in
 	s := startEmulator(t, emulator.Options{Objects: objs})
 	cache := filepath.Join(t.TempDir(), "cache")
 	if _, err := run(t, s.Endpoint(), cache, "prefetch", "gs://bkt/v/"); err != nil {
@@ -46,8 +46,8 @@ func TestVerifyStandalone(t *testing.T) {
 		t.Fatalf("verify --json: %v\n%s", err, out)
 	}
 	if !rep.Done || rep.Objects != 2 || rep.Verified != 1 || rep.Corrupt != 1 || len(rep.Dropped) != 1 ||
-		rep.Bytes != 100_001 {
-		t.Errorf("verify = %+v; want 2 objects, 1 verified, 1 corrupt and dropped, 100001 bytes", rep)
+		rep.Bytes != 2<<20+100_001 {
+		t.Errorf("verify = %+v; want 2 objects, 1 verified, 1 corrupt and dropped, 2 MiB + 100001 bytes", rep)
 	}
 	gets := s.MediaGETs()
 	for _, o := range objs {
@@ -67,7 +67,7 @@ func TestVerifyStandalone(t *testing.T) {
 
 // TestVerifyThroughDaemon runs verify against a daemon.
 func TestVerifyThroughDaemon(t *testing.T) {
-	objs := dataset("bkt", []string{"v/a", "v/b", "v/c"}, 60_000)
+	objs := dataset("bkt", []string{"v/a", "v/b", "v/c"}, 1<<20+60_000) // not packed: a file each
 	s := startEmulator(t, emulator.Options{Objects: objs})
 	dir := t.TempDir()
 	p := startServe(t, dir, daemonConfig(dir, s.Endpoint(), ""))

@@ -317,7 +317,7 @@ func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request, off in
 		return outcomeError, fmt.Errorf("open cached %s: %w", req.obj, err)
 	}
 	defer f.Close()
-	if _, err := f.Seek(off, io.SeekStart); err != nil {
+	if _, err := f.Seek(h.Offset()+off, io.SeekStart); err != nil { // a packed object starts inside its segment
 		return outcomeError, fmt.Errorf("seek cached %s: %w", req.obj, err)
 	}
 	hd := w.Header()

@@ -1,6 +1,7 @@
 """The client against a real daemon: ping, status, errors, leases, plans."""
 
 import io
+import mmap
 import os
 import signal
 import socket
@@ -137,6 +138,20 @@ def test_open_bytes(daemon, client):
             view[0] = 1
         view.release()
     assert client.read(daemon.uri(OBJ)) == want
+
+
+def test_packed_objects_map_at_their_offset(daemon, client):
+    # The daemon packs small objects into segment files: a lease maps its own object's bytes at its offset.
+    offsets = set()
+    for i in range(N_OBJECTS):
+        name = f"data/obj-{i:05d}"
+        with client.open(daemon.uri(name)) as lease:
+            assert lease.offset % mmap.ALLOCATIONGRANULARITY == 0
+            offsets.add((lease.path, lease.offset))
+            view = lease.bytes()
+            assert view.tobytes() == daemon.object_bytes(name)
+            view.release()
+    assert len(offsets) == N_OBJECTS and any(off > 0 for _, off in offsets)
 
 
 def test_open_convenience_and_pinned_generation(daemon):

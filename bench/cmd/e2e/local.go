@@ -114,6 +114,7 @@ type localFile struct {
 }
 
 func (f localFile) Path() string        { return f.path }
+func (f localFile) Offset() int64       { return 0 }
 func (f localFile) Size() int64         { return f.attrs.Size }
 func (f localFile) Attrs() object.Attrs { return f.attrs }
 func (f localFile) Stale() bool         { return false }

@@ -178,6 +178,9 @@ class Lease:
                  ref: ObjectRef) -> None:
         self.id: int = int(info["id"])
         self.path: str = info["path"]
+        # Where the object's bytes start in the file at path: 0 for a file of its own, a page-aligned offset
+        # for a small object packed into a segment file with others.
+        self.offset: int = int(info.get("offset", 0))
         self.tier: str = info.get("tier", "")
         self.attrs = ObjectAttrs.from_json(info.get("attrs") or {})
         self.ref = ref
@@ -194,11 +197,11 @@ class Lease:
     def _map(self) -> None:
         fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            size = os.fstat(fd).st_size
-            if size != self.attrs.size:
-                raise OSError(f"cacheagent: lease file {self.path} has {size} bytes, the object {self.attrs.size}")
+            size, have = self.attrs.size, os.fstat(fd).st_size
+            if have < self.offset + size:  # a packed object's segment holds others too: it may be longer
+                raise OSError(f"cacheagent: lease file {self.path} has {have} bytes, the object {size} at {self.offset}")
             if size:
-                self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+                self._mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=self.offset)
         finally:
             os.close(fd)
 

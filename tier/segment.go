@@ -1,0 +1,248 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Small objects are packed: appended to segment files (data/seg/<16 hex
+// digits>.seg), each at an offset that is a multiple of the page size and
+// of the filesystem block, so a mapping of one object maps its own pages
+// only and punching its blocks out frees exactly its space. A file of one's
+// own costs a create, a fallocate, two fsyncs, a rename and a directory
+// sync; a packed object costs a pwrite into space allocated ahead and a
+// share of one fdatasync, and its index record is written in a batch with
+// the others of its group (see pack.go).
+//
+// Segments are only appended to, by the one active segment per cache; a
+// segment is sealed when it reaches segmentMax, and at every start-up (the
+// tail of a segment written before a crash is never appended to again). A
+// segment is deleted when the last object in it leaves the cache; until
+// then its evicted objects' blocks are punched out, so the budget (which
+// counts blocks) gets their space back at once.
+
+// segName is the name of segment files' directory under data/.
+const segName = "seg"
+
+// segSuffix ends every segment file's name.
+const segSuffix = ".seg"
+
+// segmentMax is the size at which the active segment is sealed and a new one
+// started: large enough that segments are few (a 1 TiB cache of small
+// objects has 4,096), small enough that a segment with one object left in
+// it costs little on a filesystem without hole punching.
+const segmentMax = 256 << 20
+
+// pageSize is the alignment every packed offset has at least, whatever the
+// machine: an index record with another is malformed.
+const pageSize = 4096
+
+// segment is one segment file. num, path and ino are immutable; the rest is
+// guarded by segments.mu.
+type segment struct {
+	num  uint64
+	path string
+	ino  uint64
+	// f is the file open for writing while fills may write into it: the
+	// active segment, and a sealed one until its last fill ends.
+	f *os.File
+	// objects counts the entries with space in the segment (live, zombies,
+	// and fills in progress); the segment is deleted when it drops to 0
+	// after it was sealed.
+	objects int
+	// fills counts fills in progress writing into the segment; f is closed
+	// when it drops to 0 after it was sealed.
+	fills  int
+	sealed bool
+}
+
+// segments are the base tier's segment files.
+type segments struct {
+	dir   string
+	align int64 // every packed object starts at a multiple of it
+	max   int64 // segmentMax (tests lower it before the first fill)
+	mu    sync.Mutex
+	// active takes the next packed object at offset end; nil until the
+	// first one.
+	active *segment
+	end    int64
+	next   uint64 // the number of the next segment created
+}
+
+// newSegments returns the segments of the base tier laid out in lay; next is
+// the first number not in use.
+func newSegments(lay layout, bsize int64, next uint64) *segments {
+	return &segments{dir: lay.seg, align: max(bsize, int64(os.Getpagesize()), pageSize), max: segmentMax, next: next}
+}
+
+// segPath returns the path of segment num in dir.
+func segPath(dir string, num uint64) string {
+	return filepath.Join(dir, fmt.Sprintf("%016x%s", num, segSuffix))
+}
+
+// parseSegName parses a segment file's name; ok is false for anything else.
+func parseSegName(name string) (num uint64, ok bool) {
+	hex, found := strings.CutSuffix(name, segSuffix)
+	if !found || len(hex) != 16 || strings.ToLower(hex) != hex {
+		return 0, false
+	}
+	num, err := strconv.ParseUint(hex, 16, 64)
+	return num, err == nil
+}
+
+// alloc gives a fill size bytes at an aligned offset of the active segment,
+// starting a new one when it is full (or there is none). The caller writes
+// there and ends with done (and, if the object never became an entry,
+// free).
+func (s *segments) alloc(size int64) (*segment, int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active != nil && s.end+size > s.max && s.end > 0 {
+		s.sealLocked(s.active)
+	}
+	if s.active == nil {
+		seg, err := s.createLocked()
+		if err != nil {
+			return nil, 0, err
+		}
+		s.active, s.end = seg, 0
+	}
+	seg, off := s.active, s.end
+	s.end = roundUp(off+size, s.align)
+	seg.objects++
+	seg.fills++
+	return seg, off, nil
+}
+
+// createLocked creates the next segment file and syncs its directory, so
+// that the records written for its objects never name a missing file.
+func (s *segments) createLocked() (*segment, error) {
+	num := s.next
+	p := segPath(s.dir, num)
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, dataFileMode)
+	if errors.Is(err, fs.ErrNotExist) { // the directory was removed behind our back
+		if err = os.MkdirAll(s.dir, 0o755); err == nil {
+			f, err = os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, dataFileMode)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tier: create segment: %w", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		os.Remove(p)
+		return nil, fmt.Errorf("tier: create segment: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		os.Remove(p)
+		return nil, err
+	}
+	s.next++
+	return &segment{num: num, path: p, ino: st.Ino, f: f}, nil
+}
+
+// sealLocked stops appends to seg; its file is closed once its fills end.
+func (s *segments) sealLocked(seg *segment) {
+	seg.sealed = true
+	if s.active == seg {
+		s.active, s.end = nil, 0
+	}
+	if seg.fills == 0 && seg.f != nil {
+		seg.f.Close()
+		seg.f = nil
+	}
+}
+
+// lost seals seg if it is still the active segment: its file was found
+// deleted or replaced, so new objects must go to a new one.
+func (s *segments) lost(seg *segment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !seg.sealed {
+		s.sealLocked(seg)
+	}
+}
+
+// done ends a fill's writing into seg.
+func (s *segments) done(seg *segment) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seg.fills--
+	if seg.sealed && seg.fills == 0 && seg.f != nil {
+		seg.f.Close()
+		seg.f = nil
+	}
+}
+
+// release drops n objects' space in seg (their blocks are punched out
+// already) and deletes the segment if it was sealed and is now empty.
+func (s *segments) release(seg *segment, n int) error {
+	s.mu.Lock()
+	seg.objects -= n
+	remove := seg.objects == 0 && seg.sealed && seg.fills == 0
+	s.mu.Unlock()
+	if !remove {
+		return nil
+	}
+	if err := os.Remove(seg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("tier: remove empty segment: %w", err)
+	}
+	return nil
+}
+
+// closeActive seals the active segment at Close.
+func (s *segments) closeActive() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active != nil {
+		s.sealLocked(s.active)
+	}
+}
+
+// punch frees the blocks of [off, off+n) in the file open as f. A
+// filesystem that cannot punch holes keeps them until the segment goes.
+func punch(f *os.File, off, n int64) error {
+	err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("tier: punch %d bytes at %d of %s: %w", n, off, filepath.Base(f.Name()), err)
+	}
+	return nil
+}
+
+// region is one packed object's place in a segment: offset and length
+// rounded up to the alignment.
+type region struct{ off, n int64 }
+
+// punchRegions punches regions out of seg's file, opening it for the
+// purpose.
+func punchRegions(seg *segment, rs []region) error {
+	f, err := os.OpenFile(seg.path, os.O_WRONLY, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // gone behind our back: nothing left to free
+	}
+	if err != nil {
+		return fmt.Errorf("tier: open segment: %w", err)
+	}
+	defer f.Close()
+	var errs []error
+	for _, r := range rs {
+		if err := punch(f, r.off, r.n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
