@@ -136,7 +136,7 @@ type Downloader struct {
 
 	tickets atomic.Uint64 // Fetch start order, for FIFO within a priority
 	stats   counters
-	bufs    sync.Pool // *[]byte of copyBufSize
+	bufs    bufPools // read buffers by size class
 
 	stealMu  sync.Mutex           // guards inflight
 	inflight map[*slice]*download // ranges being fetched, which steal may split
@@ -161,6 +161,34 @@ func (d *Downloader) observeTTFB(t time.Duration) {
 // copyBufSize is the read buffer per range attempt.
 const copyBufSize = 256 << 10
 
+// Read buffers come in size classes, powers of two from minBufSize to
+// copyBufSize: a small range (a small object) takes the smallest that
+// holds it, so 64 connections fetching 1 KiB objects hold 256 KiB, not
+// 16 MiB, and none is allocated (and zeroed) per object.
+const (
+	minBufSize = 4 << 10
+	bufClasses = 7 // 4 KiB .. 256 KiB
+)
+
+// bufPools are the read buffers' pools, one per size class.
+type bufPools [bufClasses]sync.Pool
+
+// get returns a buffer of at least n bytes (at most copyBufSize) and the
+// function that gives it back.
+func (p *bufPools) get(n int64) (buf []byte, put func()) {
+	class := 0
+	for class < bufClasses-1 && int64(minBufSize)<<class < n {
+		class++
+	}
+	pool := &p[class]
+	bp, _ := pool.Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, minBufSize<<class)
+		bp = &b
+	}
+	return *bp, func() { pool.Put(bp) }
+}
+
 // NewDownloader returns a Downloader reading from src.
 func NewDownloader(src object.Source, cfg Config) (*Downloader, error) {
 	if src == nil {
@@ -182,7 +210,6 @@ func NewDownloader(src object.Source, cfg Config) (*Downloader, error) {
 			return nil, err
 		}
 	}
-	d.bufs.New = func() any { b := make([]byte, copyBufSize); return &b }
 	return d, nil
 }
 

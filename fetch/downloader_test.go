@@ -369,3 +369,22 @@ func TestFetchAlive(t *testing.T) {
 		t.Errorf("keep-alive in range reads' contexts: %v; want 4 x true", marked)
 	}
 }
+
+// Read buffers come in size classes from 4 KiB to copyBufSize: each range
+// gets the smallest that holds it, a large one the largest.
+func TestBufPools(t *testing.T) {
+	if minBufSize<<(bufClasses-1) != copyBufSize {
+		t.Fatalf("the last buffer class is %d bytes; want copyBufSize (%d)", minBufSize<<(bufClasses-1), copyBufSize)
+	}
+	var p bufPools
+	for _, tc := range []struct{ n, want int64 }{
+		{0, 4 << 10}, {1, 4 << 10}, {4 << 10, 4 << 10}, {4<<10 + 1, 8 << 10}, {100 << 10, 128 << 10},
+		{copyBufSize, copyBufSize}, {64 << 20, copyBufSize},
+	} {
+		buf, put := p.get(tc.n)
+		if int64(len(buf)) != tc.want {
+			t.Errorf("get(%d) = %d bytes; want %d", tc.n, len(buf), tc.want)
+		}
+		put()
+	}
+}

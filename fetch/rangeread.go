@@ -140,16 +140,8 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 		return err
 	}
 	defer r.Close()
-	var buf []byte
-	if asked < copyBufSize {
-		// A small range (a small object) gets a buffer of its size: 64
-		// connections fetching 1 KiB objects would otherwise hold 16 MiB.
-		buf = make([]byte, max(asked, 1))
-	} else {
-		bp := d.bufs.Get().(*[]byte)
-		defer d.bufs.Put(bp)
-		buf = *bp
-	}
+	buf, put := d.bufs.get(asked)
+	defer put()
 
 	var first time.Time // when this attempt's first byte came
 	spread := asked < minSteal

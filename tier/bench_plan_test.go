@@ -125,7 +125,7 @@ func bareLink(b *testing.B, base string, plan []object.Object, conns int) time.D
 // plannedEpoch opens a fresh cache, announces plan and reads it with
 // readers goroutines taking batches in turn; it returns the epoch's time
 // and the mean time to first byte of the cache's range reads.
-func plannedEpoch(b *testing.B, endpoint string, plan []object.Object, conns, batch, readers int, packBelow int64) (epoch, firstByte time.Duration) {
+func plannedEpoch(b testing.TB, endpoint string, plan []object.Object, conns, batch, readers int, packBelow int64) (epoch, firstByte time.Duration) {
 	b.Helper()
 	ctx := context.Background()
 	src, err := fetch.NewGCS(ctx, fetch.GCSConfig{Endpoint: endpoint})

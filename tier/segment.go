@@ -76,6 +76,8 @@ type segments struct {
 	active *segment
 	end    int64
 	next   uint64 // the number of the next segment created
+	// writing counts fills in progress in every segment (alloc to done).
+	writing int
 }
 
 // newSegments returns the segments of the base tier laid out in lay; next is
@@ -120,6 +122,7 @@ func (s *segments) alloc(size int64) (*segment, int64, error) {
 	s.end = roundUp(off+size, s.align)
 	seg.objects++
 	seg.fills++
+	s.writing++
 	return seg, off, nil
 }
 
@@ -164,6 +167,13 @@ func (s *segments) sealLocked(seg *segment) {
 	}
 }
 
+// inFlight returns how many fills are writing into segments now.
+func (s *segments) inFlight() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.writing
+}
+
 // lost seals seg if it is still the active segment: its file was found
 // deleted or replaced, so new objects must go to a new one.
 func (s *segments) lost(seg *segment) {
@@ -178,6 +188,7 @@ func (s *segments) lost(seg *segment) {
 func (s *segments) done(seg *segment) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.writing--
 	seg.fills--
 	if seg.sealed && seg.fills == 0 && seg.f != nil {
 		seg.f.Close()
