@@ -163,7 +163,7 @@ func TestReopenChild(t *testing.T) {
 	}
 	env := newDirEnv(t)
 	start := time.Now()
-	c, err := Open(context.Background(), env.config(dir, 0))
+	c, err := Open(context.Background(), env.config(dir, 1<<50))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -291,7 +291,9 @@ func (x *index) deleteBatch(keys []string) error {
 // slices are valid only during the call.
 func (x *index) scan(fn func(key, val []byte)) error {
 	err := x.db.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.DefaultIteratorOptions)
+		opts := badger.DefaultIteratorOptions
+		opts.PrefetchValues = false // records live in the LSM tree: Value reads them in place, no copy
+		it := txn.NewIterator(opts)
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()

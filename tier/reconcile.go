@@ -23,6 +23,7 @@ type found struct {
 	e      *entry
 	blocks int64
 	ident  fileIdent
+	access int64 // e.rec.access, beside the rest for sorting
 }
 
 // dirScan is what reconcile found in one data subdirectory.
@@ -295,9 +296,12 @@ func (c *Cache) adopt(fs []found) {
 
 // sortByAccess sorts found files least recently used first.
 func sortByAccess(fs []found) {
+	for i := range fs {
+		fs[i].access = fs[i].e.rec.access
+	}
 	slices.SortFunc(fs, func(a, b found) int {
-		if a.e.rec.access != b.e.rec.access {
-			return cmp.Compare(a.e.rec.access, b.e.rec.access)
+		if a.access != b.access {
+			return cmp.Compare(a.access, b.access)
 		}
 		return strings.Compare(a.e.key, b.e.key)
 	})
