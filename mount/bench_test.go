@@ -40,12 +40,12 @@ type warmCache struct {
 	cache *tier.Cache
 	src   *fetch.Dir
 	objs  []object.Attrs
-	paths []string // the cached files, as objs
+	paths []string // the source files, as objs: a local file per object, what direct reads read
 }
 
 // newWarmCache writes files of the given size under bucket "data" and caches
-// them all.
-func newWarmCache(b *testing.B, names []string, size int64) *warmCache {
+// them all, packing those below packBelow (tier.Config.PackBelow).
+func newWarmCache(b *testing.B, names []string, size, packBelow int64) *warmCache {
 	b.Helper()
 	ctx := context.Background()
 	dir := b.TempDir()
@@ -63,7 +63,8 @@ func newWarmCache(b *testing.B, names []string, size int64) *warmCache {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := tier.Open(ctx, tier.Config{Dir: filepath.Join(dir, "cache"), Source: src, Downloader: dl})
+	c, err := tier.Open(ctx, tier.Config{Dir: filepath.Join(dir, "cache"), Source: src, Downloader: dl,
+		PackBelow: packBelow})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,12 +80,7 @@ func newWarmCache(b *testing.B, names []string, size int64) *warmCache {
 		b.Fatal(err)
 	}
 	for _, a := range w.objs {
-		h, err := c.Open(ctx, a.Object)
-		if err != nil {
-			b.Fatal(err)
-		}
-		w.paths = append(w.paths, h.Path())
-		h.Close()
+		w.paths = append(w.paths, filepath.Join(dir, "src", "data", a.Name))
 	}
 	return w
 }
@@ -176,7 +172,7 @@ func BenchmarkWarmSequential(b *testing.B) {
 	if testing.Short() {
 		size = 64 << 20
 	}
-	w := newWarmCache(b, []string{"big.bin"}, size)
+	w := newWarmCache(b, []string{"big.bin"}, size, 0)
 	buf := make([]byte, benchReadBuf)
 	for _, m := range benchModes {
 		b.Run(m.name, func(b *testing.B) {
@@ -203,7 +199,9 @@ func BenchmarkWarmSequential(b *testing.B) {
 }
 
 // BenchmarkWarmSmallFiles opens, reads and closes cached 100 KiB files
-// through the mount and straight from the cached files. In mode
+// through the mount and straight from local files (the dataset's, a file
+// per object), with the cache packing them into segments (the default:
+// reads served at their offset, no passthrough) and with a file each. In mode
 // "passthrough-reopen" no backing stays idle, so every open opens and
 // registers its file again, as it does once a dataset has many more files
 // than the backings kept idle.
@@ -217,35 +215,40 @@ func BenchmarkWarmSmallFiles(b *testing.B) {
 	for i := range names {
 		names[i] = fmt.Sprintf("small/%04d.bin", i)
 	}
-	w := newWarmCache(b, names, size)
 	buf := make([]byte, 128<<10)
 	reopen := mode{name: "passthrough-reopen", open: OpenAsk}
-	for _, m := range append(slices.Clone(benchModes), reopen) {
-		b.Run(m.name, func(b *testing.B) {
-			var seams func(*FS)
-			if m == reopen {
-				seams = func(f *FS) { f.maxIdleBackings = 0 }
-			}
-			srv, mp := benchMount(b, w.cache, w.src, m, seams)
-			through := make([]string, n)
-			for i, a := range w.objs {
-				through[i] = filepath.Join(mp, "data", a.Name)
-			}
-			timeRead(b, through, buf, size)
-			reads := srv.Stats().Reads
-			var tm, td time.Duration
-			b.ResetTimer()
-			for range b.N {
-				tm += timeRead(b, through, buf, size)
-				td += timeRead(b, w.paths, buf, size)
-			}
-			b.StopTimer()
-			rate := func(d time.Duration) float64 { return float64(n*b.N) / d.Seconds() }
-			b.ReportMetric(rate(tm), "mount-files/s")
-			b.ReportMetric(rate(td), "direct-files/s")
-			b.ReportMetric(rate(tm)/rate(td), "mount/direct")
-			reportMode(b, srv, reads)
-		})
+	for _, layout := range []struct {
+		name      string
+		packBelow int64
+	}{{"packed", 0}, {"files", -1}} {
+		w := newWarmCache(b, names, size, layout.packBelow)
+		for _, m := range append(slices.Clone(benchModes), reopen) {
+			b.Run(layout.name+"/"+m.name, func(b *testing.B) {
+				var seams func(*FS)
+				if m == reopen {
+					seams = func(f *FS) { f.maxIdleBackings = 0 }
+				}
+				srv, mp := benchMount(b, w.cache, w.src, m, seams)
+				through := make([]string, n)
+				for i, a := range w.objs {
+					through[i] = filepath.Join(mp, "data", a.Name)
+				}
+				timeRead(b, through, buf, size)
+				reads := srv.Stats().Reads
+				var tm, td time.Duration
+				b.ResetTimer()
+				for range b.N {
+					tm += timeRead(b, through, buf, size)
+					td += timeRead(b, w.paths, buf, size)
+				}
+				b.StopTimer()
+				rate := func(d time.Duration) float64 { return float64(n*b.N) / d.Seconds() }
+				b.ReportMetric(rate(tm), "mount-files/s")
+				b.ReportMetric(rate(td), "direct-files/s")
+				b.ReportMetric(rate(tm)/rate(td), "mount/direct")
+				reportMode(b, srv, reads)
+			})
+		}
 	}
 }
 

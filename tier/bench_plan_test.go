@@ -27,6 +27,7 @@ import (
 // objects packed into segments (the default) and in a file each. cpu-x-link
 // is the process's CPU time per object (getrusage: the cache, or the bare
 // client, and the in-process emulator serving either) over the bare client's.
+// The last cases run on the emulator unshaped (loopback).
 func BenchmarkPlannedCold(b *testing.B) {
 	const (
 		objects = 2000
@@ -52,9 +53,17 @@ func BenchmarkPlannedCold(b *testing.B) {
 		name      string
 		packBelow int64
 	}{{"packed", 0}, {"files", -1}}
-	for _, conns := range []int{8, 16, 32, 64} {
+	cases := []struct {
+		link  string
+		conns int
+	}{{"shaped", 8}, {"shaped", 16}, {"shaped", 32}, {"shaped", 64}, {"loopback", 64}}
+	for _, cs := range cases {
+		conns := cs.conns
+		if cs.link == "loopback" { // the emulator unshaped: what the cache's CPU allows
+			emu.SetShape(emulator.Shape{})
+		}
 		for _, lay := range layouts {
-			b.Run(fmt.Sprintf("conns-%d+%d/%s", conns, conns, lay.name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/conns-%d+%d/%s", cs.link, conns, conns, lay.name), func(b *testing.B) {
 				cpu0 := cpuTime()
 				link := bareLink(b, "http://"+emu.Addr(), plan, 2*conns)
 				linkCPU := cpuTime() - cpu0

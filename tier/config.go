@@ -37,8 +37,9 @@ const (
 	// ranks of one VM, short enough that one pass over a data set larger than
 	// the shm tier does not churn it.
 	DefaultPromoteWindow = 10 * time.Minute
-	// DefaultPackBelow is Config.PackBelow's default (see docs/benchmarks.md,
-	// "Small objects", for the measurement that chose it).
+	// DefaultPackBelow is Config.PackBelow's default: objects this small
+	// cost more in a file's fixed work than in their bytes (see
+	// docs/architecture.md, tier).
 	DefaultPackBelow = 1 << 20
 	// defaultBudgetShare is the share of the filesystem used when MaxBytes is 0.
 	defaultBudgetShare = 0.9
