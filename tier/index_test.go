@@ -16,6 +16,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{gen: -5, updated: -1, checked: math.MinInt64, access: math.MaxInt64, pinned: true},
 		{gen: 9, size: 10, blocks: 4096, inShm: true},
 		{gen: 9, size: 10, blocks: 4096, pinned: true, hotPin: true, inShm: true},
+		{gen: 9, size: 100 << 10, blocks: 100 << 10, crc: 7, hasCRC: true, packed: true, seg: 3, off: 1 << 30},
+		{gen: 9, size: 1, blocks: 4096, packed: true, seg: math.MaxUint64, off: 0},
 	}
 	for _, r := range tests {
 		b := appendRecord(nil, r)
@@ -39,6 +41,9 @@ func TestDecodeRecordRejectsGarbage(t *testing.T) {
 		"truncated crc":  good[:6],
 		"trailing bytes": append(append([]byte{}, good...), 0),
 		"huge size":      {0, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0},
+		"unaligned offset": appendRecord(nil, record{gen: 7, size: 100, blocks: 4096, packed: true, seg: 1,
+			off: 4097}),
+		"packed, no place": append([]byte{good[0] | flagPacked}, good[1:]...),
 	}
 	for name, b := range tests {
 		if _, err := decodeRecord(b); !errors.Is(err, errBadRecord) {
@@ -50,12 +55,13 @@ func TestDecodeRecordRejectsGarbage(t *testing.T) {
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendRecord(nil, record{gen: 7, size: 100, blocks: 4096, crc: 1, hasCRC: true, access: 9}))
 	f.Add([]byte{flagPinned, 0, 0, 0, 0, 0, 0})
+	f.Add(appendRecord(nil, record{gen: 7, size: 100, blocks: 4096, packed: true, seg: 2, off: 8192}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := decodeRecord(b)
 		if err != nil {
 			return
 		}
-		if r.size < 0 || r.blocks < 0 {
+		if r.size < 0 || r.blocks < 0 || r.off < 0 || r.off%pageSize != 0 {
 			t.Fatalf("decodeRecord(%x) = %+v: negative size", b, r)
 		}
 		if again, err := decodeRecord(appendRecord(nil, r)); err != nil || again != r {

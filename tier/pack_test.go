@@ -251,3 +251,29 @@ func TestPackedPromoteToShm(t *testing.T) {
 	}
 	checkInvariants(t, c)
 }
+
+func TestSegmentNames(t *testing.T) {
+	for _, num := range []uint64{0, 1, 0xabc, 1<<64 - 1} {
+		name := filepath.Base(segPath("/x", num))
+		if got, ok := parseSegName(name); !ok || got != num {
+			t.Errorf("parseSegName(%q) = %d, %v; want %d", name, got, ok, num)
+		}
+	}
+	for _, bad := range []string{"", ".seg", "0000000000000001", "000000000000001.seg", "00000000000000001.seg",
+		"000000000000000A.seg", "000000000000000g.seg", "0000000000000001.seg.tmp", "../0000000000000001.seg"} {
+		if _, ok := parseSegName(bad); ok {
+			t.Errorf("parseSegName(%q) = ok; want rejected", bad)
+		}
+	}
+}
+
+func FuzzParseSegName(f *testing.F) {
+	f.Add("0000000000000001.seg")
+	f.Add("ffffffffffffffff.seg")
+	f.Fuzz(func(t *testing.T, name string) {
+		num, ok := parseSegName(name)
+		if ok && filepath.Base(segPath("/x", num)) != name {
+			t.Fatalf("parseSegName(%q) = %d, but segment %d is named %q", name, num, num, filepath.Base(segPath("/x", num)))
+		}
+	})
+}
