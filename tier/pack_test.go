@@ -277,3 +277,48 @@ func FuzzParseSegName(f *testing.F) {
 		}
 	})
 }
+
+// TestPackedAndFilesInOnePlan announces a plan of small (packed) and large
+// (a file each) objects: the planner fetches them all, and each reads back
+// from where it is.
+func TestPackedAndFilesInOnePlan(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.packConfig(t.TempDir(), 64<<20))
+	hooks := planHooks(c)
+	ctx := context.Background()
+	var plan []object.Object
+	sizes := map[string]int{}
+	for i := range 8 {
+		name := fmt.Sprintf("m%d", i)
+		sizes[name] = 20 << 10
+		if i%3 == 0 {
+			sizes[name] = 2 << 20
+		}
+		env.put(t, "bkt", name, pattern(i, sizes[name]))
+		plan = append(plan, obj("bkt", name))
+	}
+	if err := c.Plan(ctx, "p", plan); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	calls := env.dl.calls.Load()
+	packed := 0
+	for i, o := range plan {
+		h, err := c.Open(ctx, o, CachedOnly())
+		if err != nil {
+			t.Fatalf("%s not fetched by the planner: %v", o.Name, err)
+		}
+		got, _ := io.ReadAll(io.NewSectionReader(h, 0, h.Size()))
+		if string(got) != string(pattern(i, sizes[o.Name])) || h.Packed() != (sizes[o.Name] < 1<<20) {
+			t.Errorf("%s: %d bytes, packed %v", o.Name, len(got), h.Packed())
+		}
+		if h.Packed() {
+			packed++
+		}
+		h.Close()
+	}
+	if packed != 5 || env.dl.calls.Load() != calls {
+		t.Errorf("%d packed of 8 (want 5), %d downloads while reading (want 0)", packed, env.dl.calls.Load()-calls)
+	}
+	checkInvariants(t, c)
+}

@@ -43,6 +43,13 @@ func (e *dirEnv) putObjects(t testing.TB, names ...string) []object.Object {
 	return out
 }
 
+// inLayouts runs test with objects in a file each and packed into segments:
+// plans, pins and eviction treat both alike.
+func inLayouts(t *testing.T, test func(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config)) {
+	t.Run("files", func(t *testing.T) { test(t, (*dirEnv).config) })
+	t.Run("packed", func(t *testing.T) { test(t, (*dirEnv).packConfig) })
+}
+
 // residents returns which of names are cached.
 func residents(c *Cache, names ...string) map[string]bool {
 	out := make(map[string]bool)
@@ -65,9 +72,11 @@ func touch(t testing.TB, c *Cache, os ...object.Object) {
 	}
 }
 
-func TestPlanEvictsFarthestNextUse(t *testing.T) {
+func TestPlanEvictsFarthestNextUse(t *testing.T) { inLayouts(t, testPlanEvictsFarthestNextUse) }
+
+func testPlanEvictsFarthestNextUse(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config) {
 	e := newDirEnv(t)
-	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	c := openCache(t, config(e, t.TempDir(), 3*objSize))
 	hooks := planHooks(c)
 	o := e.putObjects(t, "a", "b", "c", "d", "e")
 	touch(t, c, o[2], o[0], o[1]) // LRU order: c, a, b
@@ -93,9 +102,11 @@ func TestPlanEvictsFarthestNextUse(t *testing.T) {
 	checkInvariants(t, c)
 }
 
-func TestPlanNeverEvictsPinnedOrInUse(t *testing.T) {
+func TestPlanNeverEvictsPinnedOrInUse(t *testing.T) { inLayouts(t, testPlanNeverEvictsPinnedOrInUse) }
+
+func testPlanNeverEvictsPinnedOrInUse(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config) {
 	e := newDirEnv(t)
-	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	c := openCache(t, config(e, t.TempDir(), 3*objSize))
 	hooks := planHooks(c)
 	o := e.putObjects(t, "a", "b", "c", "d")
 	touch(t, c, o[0], o[1], o[2])
@@ -118,9 +129,11 @@ func TestPlanNeverEvictsPinnedOrInUse(t *testing.T) {
 	checkInvariants(t, c)
 }
 
-func TestPlannerPrefetchesAhead(t *testing.T) {
+func TestPlannerPrefetchesAhead(t *testing.T) { inLayouts(t, testPlannerPrefetchesAhead) }
+
+func testPlannerPrefetchesAhead(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config) {
 	e := newDirEnv(t)
-	c := openCache(t, e.config(t.TempDir(), 4*objSize))
+	c := openCache(t, config(e, t.TempDir(), 4*objSize))
 	hooks := planHooks(c)
 	names := []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7"}
 	o := e.putObjects(t, names...)
