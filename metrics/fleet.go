@@ -15,6 +15,8 @@ var (
 	fleetFallbacks = desc("cacheagent_fleet_fallbacks_total", "Range reads sent to GCS after a peer failed or was skipped.")
 	fleetFailovers = desc("cacheagent_fleet_failovers_total", "Range reads a peer failed (refused, timed out, stalled, answered wrongly) that got their bytes elsewhere.")
 	fleetFailTime  = desc("cacheagent_fleet_failover_seconds_total", "Time range reads lost to peers that failed them.")
+	fleetBatches   = desc("cacheagent_fleet_batches_total", "Batch requests sent to peers (many small objects from one owner in one request).")
+	fleetBatched   = desc("cacheagent_fleet_batched_objects_total", "Objects asked for in batch requests.")
 	fleetServed    = desc("cacheagent_fleet_served_bytes_total", "Bytes this agent sent to peers.")
 	fleetServedReq = desc("cacheagent_fleet_served_requests_total", "Peer requests this agent answered, by outcome.", "outcome")
 )
@@ -27,7 +29,7 @@ type fleetCollector struct {
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{fleetMembers, fleetPeerBytes, fleetGCSBytes, fleetPeerErrs, fleetFallbacks,
-		fleetFailovers, fleetFailTime, fleetServed, fleetServedReq} {
+		fleetFailovers, fleetFailTime, fleetBatches, fleetBatched, fleetServed, fleetServedReq} {
 		ch <- d
 	}
 }
@@ -59,5 +61,7 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(fleetFallbacks, s.Fallbacks)
 	counter(fleetServed, s.ServedBytes)
 	counter(fleetFailovers, s.Failovers)
+	counter(fleetBatches, s.Batches)
+	counter(fleetBatched, s.BatchedObjects)
 	ch <- prometheus.MustNewConstMetric(fleetFailTime, prometheus.CounterValue, s.FailoverSeconds)
 }

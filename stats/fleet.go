@@ -41,6 +41,10 @@ type PeerReads struct {
 	Failovers          int64   `json:"failovers"`
 	FailoverSeconds    float64 `json:"failover_seconds"`
 	FailoverMaxSeconds float64 `json:"failover_max_seconds"`
+	// Batches counts the batch requests sent (many small objects from one
+	// owner in one request), BatchedObjects the objects asked for in them.
+	Batches        int64 `json:"batches"`
+	BatchedObjects int64 `json:"batched_objects"`
 }
 
 // PeerServes are the figures of an agent's peer server (fleet/peer.Server)

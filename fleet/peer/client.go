@@ -23,6 +23,9 @@ import (
 // returns the body as a reader; otherwise why the peer failed (the peer is
 // cooled down for refusals, timeouts and wrong answers).
 func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
+	if s.batchable(ctx, req) {
+		return s.fromBatch(ctx, c, p, req)
+	}
 	done := func() {}
 	// A cached-only read waits on no fill, and a chunk's owner fills it
 	// from the origin: neither can be part of a cycle.
@@ -60,7 +63,24 @@ func (s *Source) fromPeer(ctx context.Context, c Candidate, p *peerState, req re
 
 // ask sends the request on rctx (cancel cancels it) and checks the answer.
 func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Candidate, p *peerState, req request) (*peerReader, Cause, error) {
-	hr, err := http.NewRequestWithContext(rctx, http.MethodGet, s.scheme+"://"+c.Addr+Path+"?"+req.query(), nil)
+	resp, cause, err := s.roundTrip(rctx, cancel, c, p, Path+"?"+req.query())
+	if err != nil {
+		return nil, cause, err
+	}
+	if cause, err := check(resp, req); err != nil {
+		resp.Body.Close()
+		return nil, cause, fmt.Errorf("peer %s: %s: %w", c.Name, req.obj, err)
+	}
+	return &peerReader{body: resp.Body, p: p, name: c.Name, o: req.obj,
+		stall: time.AfterFunc(s.cfg.StallTimeout, func() { cancel(errStalled) }),
+		wait:  s.cfg.StallTimeout, last: time.Now()}, 0, nil
+}
+
+// roundTrip sends a signed GET of uri (path and query) to c on rctx
+// (cancel cancels it) and returns the answer, waiting for it at most the
+// peer's first-byte timeout from the request and from each 102 Processing.
+func (s *Source) roundTrip(rctx context.Context, cancel context.CancelCauseFunc, c Candidate, p *peerState, uri string) (*http.Response, Cause, error) {
+	hr, err := http.NewRequestWithContext(rctx, http.MethodGet, s.scheme+"://"+c.Addr+uri, nil)
 	if err != nil {
 		return nil, CauseBadResponse, fmt.Errorf("peer %s: %w", c.Name, err)
 	}
@@ -91,13 +111,7 @@ func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Can
 		return nil, classify(rctx, err), fmt.Errorf("peer %s: %w", c.Name, err)
 	}
 	event()
-	if cause, err := check(resp, req); err != nil {
-		resp.Body.Close()
-		return nil, cause, fmt.Errorf("peer %s: %s: %w", c.Name, req.obj, err)
-	}
-	return &peerReader{body: resp.Body, p: p, name: c.Name, o: req.obj,
-		stall: time.AfterFunc(s.cfg.StallTimeout, func() { cancel(errStalled) }),
-		wait:  s.cfg.StallTimeout, last: time.Now()}, 0, nil
+	return resp, 0, nil
 }
 
 // errBadAnswer means a peer answered something other than what was asked.

@@ -72,6 +72,30 @@
 // word about its own bytes. The requester checks the whole object against
 // GCS's CRC32C instead.
 //
+// # Batches
+//
+//	GET /v1/peer/batch?b=BUCKET&o=NAME&g=GENERATION&o=NAME&g=GENERATION…
+//
+// A small object costs a peer request its own round trip; a node reading
+// a dataset of millions of them from its owners would pay one per object.
+// So whole objects of at most [Config].BatchBelow bytes (1 MiB) read from
+// the same owner at about the same time travel together: the first read
+// waits [Config].BatchWindow (500 µs) for others, and one request asks for
+// all of them, up to [MaxBatch] (64), in order. A batch is as large as the
+// reads in flight, which the fetch.Downloader's connection budget bounds.
+// The objects are in the query, which the MAC covers (at most 96 KiB).
+// The server opens every object (filling misses, 16 at once, with 102
+// Processing heartbeats as for one object, for at most MaxWait), then
+// answers 200 with one frame per object, in the order asked: a status byte
+// (0 the bytes follow, 1 not found, 2 busy, 3 loop, 4 failed), the
+// generation and the length (big-endian uint64 each), then the object's
+// bytes. A frame that is not what was asked (another generation or length)
+// fails the rest of the batch, and the peer is cooled down; an object
+// answered otherwise than 0 goes on as a single read would (the next
+// candidate, or GCS). Each object is still checked whole against GCS's
+// CRC32C by the reader's fetch.Downloader, so one corrupt member of a
+// batch is read again from GCS and the others stand.
+//
 // # Authentication
 //
 // Every request carries three headers: Cacheagent-Time (Unix time in
@@ -177,7 +201,9 @@
 //
 // # Concurrency
 //
-// Server and Source are safe for concurrent use. A Source's readers
+// Server and Source are safe for concurrent use. A batch is sent by the
+// read that leads it, which waits for every request it sends; the reads it
+// carries wait for its answer or their context. A Source's readers
 // belong to their callers and must be closed; Source.Close closes idle
 // connections. The Server starts one goroutine per request (the cache
 // Open it waits on, sending heartbeats meanwhile) and waits for it before

@@ -58,6 +58,7 @@ const latencySamples = 64
 // whether it is cooling down after a failure, and its byte count.
 type peerState struct {
 	bytes atomic.Int64
+	batch batcher // its small-object reads gathering into batches
 
 	mu      sync.Mutex
 	samples []time.Duration // ring of the last gaps, oldest overwritten; guarded by mu

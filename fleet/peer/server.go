@@ -164,7 +164,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // answer itself when the outcome is outcomeOK or err is nil.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) {
 	switch {
-	case r.URL.Path != Path:
+	case r.URL.Path != Path && r.URL.Path != BatchPath:
 		return outcomeNotFound, fmt.Errorf("no endpoint %q", r.URL.Path)
 	case r.Method != http.MethodGet:
 		return outcomeBadRequest, fmt.Errorf("%w: method %s", ErrBadRequest, r.Method)
@@ -173,6 +173,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) (outcome, error) 
 		return outcomeBusy, err
 	} else if err != nil {
 		return outcomeAuth, err
+	}
+	if r.URL.Path == BatchPath {
+		return s.serveBatch(w, r)
 	}
 	req, err := parseRequest(r.URL.RawQuery)
 	if err != nil {
@@ -282,28 +285,40 @@ func (s *Server) open(ctx context.Context, w http.ResponseWriter, o object.Objec
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	ch := make(chan result, 1)
+	done := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() {
 		h, err := s.cfg.Cache.Open(ctx, o, opts...)
 		ch <- result{h, err}
+		close(done)
 	})
+	if s.beat(w, done) {
+		cancel(errMaxWait) // the fill goes on, detached; this request does not wait for it
+		if res := <-ch; res.err == nil {
+			return res.h, nil // it ended just now
+		}
+		return nil, fmt.Errorf("%w (%v)", errMaxWait, s.cfg.MaxWait)
+	}
+	res := <-ch
+	return res.h, res.err
+}
+
+// beat answers 102 Processing every Heartbeat until done is closed or
+// MaxWait has passed, and reports whether MaxWait passed first.
+func (s *Server) beat(w http.ResponseWriter, done <-chan struct{}) (expired bool) {
 	t := time.NewTicker(s.cfg.Heartbeat)
 	defer t.Stop()
 	limit := time.NewTimer(s.cfg.MaxWait)
 	defer limit.Stop()
 	for {
 		select {
-		case res := <-ch:
-			return res.h, res.err
+		case <-done:
+			return false
 		case <-t.C:
 			w.WriteHeader(http.StatusProcessing) // the header map is still empty
 		case <-limit.C:
-			cancel(errMaxWait) // the fill goes on, detached; this request does not wait for it
-			if res := <-ch; res.err == nil {
-				return res.h, nil // it ended just now
-			}
-			return nil, fmt.Errorf("%w (%v)", errMaxWait, s.cfg.MaxWait)
+			return true
 		}
 	}
 }

@@ -33,6 +33,8 @@ const (
 	DefaultCoolDown        = 3 * time.Second
 	DefaultFallbackRate    = 50
 	DefaultFallbackBurst   = 100
+	DefaultBatchBelow      = 1 << 20
+	DefaultBatchWindow     = 500 * time.Microsecond
 )
 
 // Config configures New. The zero value of each field but Key and Owners
@@ -75,6 +77,14 @@ type Config struct {
 	// doc, Ownership). Every member of a fleet must use the same value.
 	// Default placement.DefaultChunkSize (8 MiB).
 	ChunkSize int64
+	// BatchBelow: whole objects of at most this many bytes read from the
+	// same owner at about the same time travel in batch requests, up to
+	// MaxBatch objects to one (see the package doc, Batches). Default 1
+	// MiB; negative sends every object in a request of its own.
+	BatchBelow int64
+	// BatchWindow is how long the first small-object read waits for others
+	// to join its batch. Default 500µs.
+	BatchWindow time.Duration
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -87,7 +97,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPeers < 0 || c.ConnectTimeout < 0 || c.FirstByteFloor < 0 || c.FirstByteFactor < 0 ||
 		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 ||
-		c.ChunkSize < 0 {
+		c.ChunkSize < 0 || c.BatchWindow < 0 {
 		return c, fmt.Errorf("%w: negative value", ErrConfig)
 	}
 	c.Key = slices.Clone(c.Key)
@@ -101,6 +111,8 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.FallbackRate, DefaultFallbackRate)
 	setDefault(&c.FallbackBurst, DefaultFallbackBurst)
 	setDefault(&c.ChunkSize, placement.DefaultChunkSize)
+	setDefault(&c.BatchBelow, DefaultBatchBelow)
+	setDefault(&c.BatchWindow, DefaultBatchWindow)
 	if c.FirstByteMax < c.FirstByteFloor {
 		return c, fmt.Errorf("%w: FirstByteMax %v < FirstByteFloor %v", ErrConfig, c.FirstByteMax, c.FirstByteFloor)
 	}
@@ -140,6 +152,8 @@ type Source struct {
 	fwd   map[object.Object]int // peer reads in flight per object; guarded by fwdMu
 
 	originBytes   atomic.Int64
+	batches       atomic.Int64 // batch requests sent
+	batched       atomic.Int64 // objects asked for in them
 	fallbacks     atomic.Int64
 	fallbackWaits atomic.Int64
 	errs          [numCauses]atomic.Int64
@@ -355,7 +369,7 @@ func (s *Source) peer(name string) *peerState {
 	defer s.peersMu.Unlock()
 	p := s.peers[name]
 	if p == nil {
-		p = &peerState{}
+		p = &peerState{batch: batcher{full: make(chan struct{}, 1)}}
 		s.peers[name] = p
 	}
 	return p
@@ -408,11 +422,13 @@ func (s *Source) forward(o object.Object) (done func()) {
 // Stats returns a snapshot of the Source's counters.
 func (s *Source) Stats() stats.PeerReads {
 	st := stats.PeerReads{
-		PeerBytes:     make(map[string]int64),
-		OriginBytes:   s.originBytes.Load(),
-		PeerErrors:    make(map[string]int64, numCauses),
-		Fallbacks:     s.fallbacks.Load(),
-		FallbackWaits: s.fallbackWaits.Load(),
+		PeerBytes:      make(map[string]int64),
+		OriginBytes:    s.originBytes.Load(),
+		PeerErrors:     make(map[string]int64, numCauses),
+		Fallbacks:      s.fallbacks.Load(),
+		FallbackWaits:  s.fallbackWaits.Load(),
+		Batches:        s.batches.Load(),
+		BatchedObjects: s.batched.Load(),
 	}
 	var sum, longest time.Duration
 	st.Failovers, sum, longest = s.failovers.snapshot()
