@@ -11,7 +11,7 @@
 //	l, err := c.Acquire(ctx, object.Object{Bucket: "b", Name: "train/x-0001.npy"})
 //	…
 //	defer l.Close()
-//	// map or read l.Path(); l.Stale() turns true when the daemon moves on
+//	// map or read l.Size() bytes at l.Offset() of l.Path(); l.Stale() turns true when the daemon moves on
 //
 // *Client is an mmapstore.Opener (its Files are *Lease), so a Store over it maps the daemon's
 // copies: every job and rank on a machine shares one cache, one download
