@@ -74,6 +74,9 @@ func newPeerPlane(gcs object.Source, fc *fleet.Config, fcfg fetch.Config) (*peer
 	pc := peer.Config{Key: p.key, Owners: &p.owners, ConnectTimeout: peerTimeouts.ConnectTimeout,
 		FirstByteFloor: peerTimeouts.FirstByteFloor, FirstByteMax: peerTimeouts.FirstByteMax,
 		StallTimeout: peerTimeouts.StallTimeout}
+	if fc.PeerBatch != nil && !*fc.PeerBatch {
+		pc.BatchBelow = -1
+	}
 	if fc.TLS() {
 		t, err := peer.NewTLS(p.key, fc.Name)
 		if err != nil {

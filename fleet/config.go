@@ -22,6 +22,7 @@ var ErrConfig = errors.New("fleet: invalid config")
 //	  key_file: /etc/cacheagent/fleet.key   # openssl rand -hex 32 > fleet.key
 //	  insecure: false               # true to run without key_file
 //	  peer_tls: true                # with key_file: the data plane over TLS keyed from it
+//	  peer_batch: true              # small objects from one owner in batch requests
 //
 // Its zero value is not valid: Listen and PeerListen are required, and so is
 // KeyFile unless Insecure is set.
@@ -56,6 +57,12 @@ type Config struct {
 	// not only requests signed. Default true with KeyFile; it needs
 	// KeyFile. Every member must agree.
 	PeerTLS *bool `yaml:"peer_tls"`
+	// PeerBatch sends the small objects (at most 1 MiB) read from one
+	// owner in batch requests when more are read at once than a few
+	// requests in flight carry (fleet/peer: Batches).
+	// Default true; false sends every object in a request of its own.
+	// Members may differ.
+	PeerBatch *bool `yaml:"peer_batch"`
 }
 
 // TLS reports whether the data plane runs over TLS: PeerTLS, by default

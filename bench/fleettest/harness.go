@@ -78,6 +78,9 @@ type Config struct {
 	Connections int
 	// NoFleet starts the daemons without a fleet section.
 	NoFleet bool
+	// NoPeerBatch sets fleet.peer_batch false: every object in a peer
+	// request of its own.
+	NoPeerBatch bool
 	// CorruptServing, if positive, is the number (from 1) of the node
 	// whose daemon flips a byte of every buffer it serves to peers; it
 	// needs a cacheagent built with -tags cacheagent_testhooks.
@@ -429,6 +432,9 @@ func (n *Node) writeConfig() (string, error) {
 	if !c.NoFleet {
 		fmt.Fprintf(&b, "fleet:\n  name: %s\n  listen: %s:7946\n  peer_listen: %s:7947\n  join: [198.18.0.1:7946]\n  key_file: %s\n",
 			n.Name, n.IP, n.IP, keyFile)
+		if c.NoPeerBatch {
+			b.WriteString("  peer_batch: false\n")
+		}
 	}
 	path := filepath.Join(n.Dir, "cacheagent.yaml")
 	return path, os.WriteFile(path, []byte(b.String()), 0o644)

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
@@ -30,10 +31,10 @@ const (
 	maxBatchFills = 16
 )
 
-// frameHeader is the size of an item's header in a batch answer: a status
-// byte, the generation and the length of the bytes that follow (both
-// big-endian uint64).
-const frameHeader = 17
+// frameHeader is the size of a frame's header in a batch answer: a status
+// byte, the item's index in the request (big-endian uint16), its generation
+// and the length of the bytes that follow (big-endian uint64 each).
+const frameHeader = 19
 
 // Item statuses in a batch answer.
 const (
@@ -42,6 +43,7 @@ const (
 	itemBusy                 // the fill would wait for space, or took longer than the server waits
 	itemLoop                 // the server is itself reading the object from a peer
 	itemError                // the fill failed
+	itemWait                 // no item: the server is still filling (a keepalive, every Heartbeat)
 )
 
 // causeOfItem returns the Cause of an item's status.
@@ -115,38 +117,51 @@ func parseBatch(raw string) (objs []object.Object, cached bool, err error) {
 	return objs, cached, nil
 }
 
-// appendFrame appends an item's header to b.
-func appendFrame(b []byte, st byte, gen, n int64) []byte {
-	b = append(b, st)
-	b = binary.BigEndian.AppendUint64(b, uint64(gen))
-	return binary.BigEndian.AppendUint64(b, uint64(n))
+// frame is one frame of a batch answer.
+type frame struct {
+	st    byte
+	index int
+	gen   int64
+	n     int64 // bytes that follow
 }
 
-// readFrame reads an item's header from r.
-func readFrame(r io.Reader) (st byte, gen, n int64, err error) {
+// appendFrame appends f's header to b.
+func appendFrame(b []byte, f frame) []byte {
+	b = append(b, f.st)
+	b = binary.BigEndian.AppendUint16(b, uint16(f.index))
+	b = binary.BigEndian.AppendUint64(b, uint64(f.gen))
+	return binary.BigEndian.AppendUint64(b, uint64(f.n))
+}
+
+// readFrame reads a frame's header from r.
+func readFrame(r io.Reader) (frame, error) {
 	var h [frameHeader]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, 0, 0, err
+		return frame{}, err
 	}
-	g, l := binary.BigEndian.Uint64(h[1:9]), binary.BigEndian.Uint64(h[9:])
-	if h[0] > itemError || g > 1<<63-1 || l > maxRange {
-		return 0, 0, 0, fmt.Errorf("%w: malformed item header %x", errBadAnswer, h)
+	f := frame{st: h[0], index: int(binary.BigEndian.Uint16(h[1:3]))}
+	g, l := binary.BigEndian.Uint64(h[3:11]), binary.BigEndian.Uint64(h[11:])
+	if f.st > itemWait || f.index >= MaxBatch || g > 1<<63-1 || l > maxRange || (f.st != itemOK && l != 0) {
+		return frame{}, fmt.Errorf("%w: malformed frame header %x", errBadAnswer, h)
 	}
-	return h[0], int64(g), int64(l), nil
+	f.gen, f.n = int64(g), int64(l)
+	return f, nil
 }
 
 // batchItem is one object of a batch being served: its handle once
 // opened, or its status.
 type batchItem struct {
-	o  object.Object
-	h  *tier.Handle
-	st byte
+	o     object.Object
+	index int // in the request
+	h     *tier.Handle
+	st    byte
 }
 
-// serveBatch answers a batch request: it opens every object (filling
-// misses, at most maxBatchFills at once, sending 102 Processing every
-// Heartbeat meanwhile, for at most MaxWait), then sends one 200 whose body
-// is each object's frame in the order asked.
+// serveBatch answers a batch request: 200 at once, then one frame per
+// object as its open ends (filling misses, at most maxBatchFills at once),
+// in that order, each naming its index in the request; a keepalive frame
+// every Heartbeat while none is ready; items still filling after MaxWait
+// are answered busy.
 func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) (outcome, error) {
 	objs, cached, err := parseBatch(r.URL.RawQuery)
 	if err != nil {
@@ -155,89 +170,116 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) (outcome, er
 	if !s.serves(objs[0].Bucket) {
 		return outcomeForbidden, fmt.Errorf("bucket %q is not served", objs[0].Bucket)
 	}
-	items := make([]batchItem, len(objs))
-	for i, o := range objs {
-		items[i].o = o
-	}
-	defer func() {
-		for _, it := range items {
+	ctx, cancel := context.WithCancelCause(WithNoForward(r.Context()))
+	defer cancel(nil)
+	ready := make(chan batchItem, len(objs))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer func() { // the items not sent: close their handles
+		cancel(errMaxWait)
+		go func() { wg.Wait(); close(ready) }()
+		for it := range ready {
 			if it.h != nil {
 				it.h.Close()
 			}
 		}
 	}()
-	if !s.openBatch(w, r, items, cached) {
-		return outcomeGone, nil // nobody to answer
-	}
+	s.openBatch(ctx, objs, cached, &wg, ready)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.WriteHeader(http.StatusOK)
+	fl, _ := w.(http.Flusher)
+	if fl != nil {
+		fl.Flush() // the requester's stall timer runs from here: keepalives must reach it
+	}
+	t := time.NewTicker(s.cfg.Heartbeat)
+	defer t.Stop()
+	limit := time.NewTimer(s.cfg.MaxWait)
+	defer limit.Stop()
 	hdr := make([]byte, 0, frameHeader)
-	for _, it := range items {
-		var n int64
-		if it.h != nil {
-			n = it.h.Size()
-		}
-		if _, err := w.Write(appendFrame(hdr[:0], it.st, it.o.Generation, n)); err != nil {
-			return outcomeOK, fmt.Errorf("send batch: %w", err) // the status is sent: the requester sees a short body
-		}
-		if it.h == nil {
+	for sent := 0; sent < len(objs); {
+		var it batchItem
+		select {
+		case it = <-ready:
+		case <-t.C:
+			if _, err := w.Write(appendFrame(hdr[:0], frame{st: itemWait})); err != nil {
+				return outcomeOK, fmt.Errorf("send batch: %w", err)
+			}
+			if fl != nil {
+				fl.Flush()
+			}
 			continue
+		case <-limit.C:
+			cancel(errMaxWait) // the fills go on, detached in the cache; the items still waiting are busy
+			continue
+		case <-r.Context().Done():
+			return outcomeGone, nil
 		}
-		var src io.Reader = io.NewSectionReader(it.h, 0, n)
-		if c := s.cfg.CorruptForTest; c != nil {
-			src = &corrupting{r: src, o: it.o, fn: c}
+		sent++
+		if err := s.sendItem(w, it, hdr); err != nil {
+			return outcomeOK, err // the status is sent: the requester sees a short body
 		}
-		m, err := io.Copy(w, src)
-		s.bytes.Add(m)
-		if err != nil {
-			return outcomeOK, fmt.Errorf("send %s in a batch: %w", it.o, err)
+		if fl != nil {
+			fl.Flush()
 		}
 	}
 	return outcomeOK, nil
 }
 
-// openBatch opens items (setting h, or st), with heartbeats; it reports
-// false if the requester went away. It waits for every goroutine it starts.
-func (s *Server) openBatch(w http.ResponseWriter, r *http.Request, items []batchItem, cached bool) bool {
-	ctx, cancel := context.WithCancelCause(WithNoForward(r.Context()))
-	defer cancel(nil)
+// sendItem writes it's frame (and bytes) and closes its handle.
+func (s *Server) sendItem(w http.ResponseWriter, it batchItem, hdr []byte) error {
+	f := frame{st: it.st, index: it.index, gen: it.o.Generation}
+	if it.h == nil {
+		_, err := w.Write(appendFrame(hdr, f))
+		return err
+	}
+	defer it.h.Close()
+	f.n = it.h.Size()
+	if _, err := w.Write(appendFrame(hdr, f)); err != nil {
+		return fmt.Errorf("send batch: %w", err)
+	}
+	var src io.Reader = io.NewSectionReader(it.h, 0, f.n)
+	if c := s.cfg.CorruptForTest; c != nil {
+		src = &corrupting{r: src, o: it.o, fn: c}
+	}
+	m, err := io.Copy(w, src)
+	s.bytes.Add(m)
+	if err != nil {
+		return fmt.Errorf("send %s in a batch: %w", it.o, err)
+	}
+	return nil
+}
+
+// openBatch starts opening objs on ctx, at most maxBatchFills at once (wg
+// counts the goroutines); each result goes to ready (which has room for
+// all).
+func (s *Server) openBatch(ctx context.Context, objs []object.Object, cached bool, wg *sync.WaitGroup, ready chan<- batchItem) {
 	opts := []tier.OpenOption{tier.NoSpaceWait()}
 	if cached {
 		opts = append(opts, tier.CachedOnly())
 	}
-	var mu sync.Mutex // guards items' fields while the fills run
 	sem := make(chan struct{}, maxBatchFills)
-	var wg sync.WaitGroup
-	done := make(chan struct{})
-	for i := range items {
-		o := items[i].o
+	for i, o := range objs {
 		if f := s.cfg.Forwarding; f != nil && !cached && f.Forwarding(o) {
-			items[i].st = itemLoop
+			ready <- batchItem{o: o, index: i, st: itemLoop}
 			continue
 		}
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
+			it := batchItem{o: o, index: i}
 			h, err := s.cfg.Cache.Open(ctx, o, opts...)
-			mu.Lock()
-			defer mu.Unlock()
 			switch {
 			case err == nil && h.Attrs().Generation != o.Generation:
 				h.Close()
-				items[i].st = itemNotFound
+				it.st = itemNotFound
 			case err == nil:
-				items[i].h = h
+				it.h = h
 			default:
-				items[i].st = s.itemStatus(o, err)
+				it.st = s.itemStatus(o, err)
 			}
+			ready <- it
 		})
 	}
-	go func() { wg.Wait(); close(done) }() // done is always waited for below
-	if s.beat(w, done) {
-		cancel(errMaxWait) // the fills go on, detached in the cache; the items still waiting are busy
-		<-done
-	}
-	return r.Context().Err() == nil
 }
 
 // itemStatus maps a failed open of o to its item status.

@@ -42,7 +42,7 @@ func batchPair(t *testing.T, e *gcsEnv, corrupt func(object.Object, int64, []byt
 	t.Helper()
 	la, lb := listen(t), listen(t)
 	cfg := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
-	cfg.BatchWindow = 50 * time.Millisecond // a loaded test machine starts the reads over milliseconds
+	cfg.BatchInflight = 1 // one batch at a time: the reads in flight meanwhile (testFetch: 4) wait together
 	a = startNode(t, e, "a", la, cfg, nil)
 	lb2 := listen(t) // b's own server listens here; lb forwards to it through the counter
 	b = startNode(t, e, "b", lb2, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
@@ -191,6 +191,33 @@ func TestBatchRequestsRefused(t *testing.T) {
 		if resp.StatusCode != tc.want {
 			t.Errorf("%s: status %d; want %d", name, resp.StatusCode, tc.want)
 		}
+	}
+}
+
+// TestBatchKeepalive: while the owner fills a batch's objects from a slow
+// GCS, keepalive frames keep the requester from taking it for a stall, and
+// every object arrives whole.
+func TestBatchKeepalive(t *testing.T) {
+	e := newGCSEnv(t)
+	la, lb := listen(t), listen(t)
+	cfg := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
+	cfg.StallTimeout = 300 * time.Millisecond // shorter than one fill: only keepalives save the batch
+	cfg.BatchInflight = 1
+	a := startNode(t, e, "a", la, cfg, nil)
+	startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
+		c.Heartbeat = 20 * time.Millisecond
+	})
+	const n = 4
+	objs, datas := make([]object.Object, n), make([][]byte, n)
+	for i := range n {
+		datas[i] = emulator.Pattern(uint64(300+i), 2000)
+		objs[i] = e.put(t, bucket, fmt.Sprintf("slow/%d", i), datas[i])
+	}
+	e.emu.SetShape(emulator.Shape{FirstByte: 600 * time.Millisecond}) // each fill takes at least this long
+	readAllOn(t, a, objs, datas)
+	st := a.src.Stats()
+	if st.BatchedObjects != n || st.OriginBytes != 0 || st.PeerErrors["timeout"] != 0 {
+		t.Errorf("Stats = %+v; want %d objects batched, none from GCS, no timeouts", st, n)
 	}
 }
 

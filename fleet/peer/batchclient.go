@@ -3,35 +3,41 @@ package peer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/cacheagent/cacheagent/object"
 )
 
-// batcher gathers one peer's small-object reads into batch requests. The
-// first read to arrive while none is gathering leads: it waits
-// Config.BatchWindow (or until MaxBatch reads wait), takes every read
-// waiting and sends them, MaxBatch to a request, while the reads that
-// arrive meanwhile gather behind a new leader.
+// batcher gathers one peer's small-object reads into batch requests,
+// adaptively: at most Config.BatchInflight batches are in flight to the
+// peer; a read that finds a free slot sends at once, with whatever reads
+// wait (so a lone read waits for nothing), and the reads that arrive while
+// every slot is busy wait together. When a batch ends, its sender hands the
+// slot to the first read waiting, which sends the next batch, up to
+// Config.BatchMax reads. Under load the batches grow to the reads in flight
+// over the slots; idle, each read is a batch of one.
 type batcher struct {
-	mu      sync.Mutex
-	pending []*batchRead // guarded by mu
-	leading bool         // a leader is gathering; guarded by mu
-	full    chan struct{}
+	mu       sync.Mutex
+	pending  []*batchRead // waiting for a batch; guarded by mu
+	inflight int          // batches in flight, or slots handed to a waiting read; guarded by mu
 }
 
-// batchRead is one read waiting in a batch: its answer is data, or cause
-// and err, once done is closed.
+// batchRead is one read in a batch: its answer is data, or cause and err,
+// once done is closed. lead hands it a slot to send the next batch.
 type batchRead struct {
 	req   request
 	data  []byte
 	cause Cause
 	err   error
 	done  chan struct{}
+	lead  chan struct{} // buffered: the slot's token
+	slot  bool          // a token was sent on lead and not yet used; guarded by batcher.mu
 }
 
 // batchable reports whether req goes into a batch: a whole object (of the
@@ -47,68 +53,87 @@ func (s *Source) batchable(ctx context.Context, req request) bool {
 // from c meanwhile, and returns what fromPeer would.
 func (s *Source) fromBatch(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
 	b := &p.batch
-	r := &batchRead{req: req, done: make(chan struct{})}
+	r := &batchRead{req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
-	lead := !b.leading
-	b.leading = true
-	if len(b.pending) >= MaxBatch {
-		select {
-		case b.full <- struct{}{}:
-		default:
-		}
+	if b.inflight < s.cfg.BatchInflight {
+		b.inflight++
+		b.giveLocked(r)
 	}
 	b.mu.Unlock()
-	if lead {
-		t := time.NewTimer(s.cfg.BatchWindow)
+	for {
 		select {
-		case <-t.C:
-		case <-b.full:
+		case <-r.done:
+			b.release(r) // a slot handed to it after another batch took it goes on
+			if r.err != nil {
+				return nil, r.cause, r.err
+			}
+			return io.NopCloser(bytes.NewReader(r.data)), 0, nil
+		case <-r.lead:
+			s.sendNext(ctx, c, p, r)
+		case <-ctx.Done():
+			b.mu.Lock()
+			if i := slices.Index(b.pending, r); i >= 0 {
+				b.pending = slices.Delete(b.pending, i, i+1)
+			}
+			b.mu.Unlock()
+			b.release(r)
+			return nil, CauseTimeout, fmt.Errorf("peer %s: read %s: %w", c.Name, req.obj, context.Cause(ctx))
 		}
-		t.Stop()
-		b.mu.Lock()
-		rs := b.pending
-		b.pending, b.leading = nil, false
-		b.mu.Unlock()
-		s.sendBatches(ctx, c, p, rs)
 	}
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return nil, CauseTimeout, fmt.Errorf("peer %s: read %s: %w", c.Name, req.obj, context.Cause(ctx))
-	}
-	if r.err != nil {
-		return nil, r.cause, r.err
-	}
-	return io.NopCloser(bytes.NewReader(r.data)), 0, nil
 }
 
-// sendBatches sends rs to c, MaxBatch to a request, all at once, and
-// answers every read; it returns when all are answered. The requests do not
-// end with the leader's context: other readers wait on them.
-func (s *Source) sendBatches(ctx context.Context, c Candidate, p *peerState, rs []*batchRead) {
-	ctx = context.WithoutCancel(ctx)
-	var wg sync.WaitGroup
-	for len(rs) > 0 {
-		n := min(len(rs), MaxBatch)
-		part := rs[:n]
-		rs = rs[n:]
-		wg.Go(func() { s.sendBatch(ctx, c, p, part) })
+// sendNext sends, on the slot r was handed, a batch of the reads waiting,
+// then hands the slot on to the next read waiting (or frees it). The
+// request does not end with r's context: other reads wait on it.
+func (s *Source) sendNext(ctx context.Context, c Candidate, p *peerState, r *batchRead) {
+	b := &p.batch
+	b.mu.Lock()
+	r.slot = false
+	n := min(len(b.pending), s.cfg.BatchMax)
+	rs := slices.Clone(b.pending[:n])
+	b.pending = slices.Delete(b.pending, 0, n)
+	b.mu.Unlock()
+	if len(rs) > 0 {
+		s.sendBatch(context.WithoutCancel(ctx), c, p, rs)
 	}
-	wg.Wait()
+	b.mu.Lock()
+	b.handOnLocked()
+	b.mu.Unlock()
+}
+
+// giveLocked hands r a slot.
+func (b *batcher) giveLocked(r *batchRead) {
+	r.slot = true
+	r.lead <- struct{}{} // r holds no other token: slot was false
+}
+
+// handOnLocked gives a slot that is free again to the first read waiting
+// without one, or frees it.
+func (b *batcher) handOnLocked() {
+	for _, q := range b.pending {
+		if !q.slot {
+			b.giveLocked(q)
+			return
+		}
+	}
+	b.inflight--
+}
+
+// release hands on a slot r holds and will not use (its answer came, or its
+// caller gave up).
+func (b *batcher) release(r *batchRead) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r.slot {
+		r.slot = false
+		<-r.lead // the token is there: only sendNext, on this goroutine, takes it otherwise
+		b.handOnLocked()
+	}
 }
 
 // sendBatch sends one batch request for rs and answers every read in it.
 func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []*batchRead) {
-	answered := 0
-	fail := func(cause Cause, err error) {
-		for _, r := range rs[answered:] {
-			r.cause, r.err = cause, err
-			close(r.done)
-		}
-		answered = len(rs)
-	}
-	defer fail(CauseBadResponse, fmt.Errorf("peer %s: %w: batch answer cut short", c.Name, errBadAnswer))
 	objs := make([]object.Object, len(rs))
 	for i, r := range rs {
 		objs[i] = r.req.obj
@@ -127,38 +152,70 @@ func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []
 		if cause != CauseNotFound && cause != CauseLoop {
 			p.cool(s.now(), s.cfg.CoolDown)
 		}
-		fail(cause, err)
+		failAll(slices.Clone(rs), cause, err)
 		return
 	}
 	defer resp.Body.Close()
 	stall := time.AfterFunc(s.cfg.StallTimeout, func() { cancel(errStalled) })
 	defer stall.Stop()
 	body := &progressReader{r: resp.Body, fn: func(int) { stall.Reset(s.cfg.StallTimeout) }}
-	for _, r := range rs {
-		st, gen, n, err := readFrame(body)
-		switch {
-		case err != nil:
+	// Frames come as the owner's opens end, each naming its read.
+	pending := slices.Clone(rs)
+	for left := len(rs); left > 0; {
+		f, err := readFrame(body)
+		if err == nil && f.st != itemWait && (f.index >= len(rs) || pending[f.index] == nil) {
+			err = fmt.Errorf("%w: frame for item %d of %d, or twice", errBadAnswer, f.index, len(rs))
+		}
+		if err != nil {
 			p.cool(s.now(), s.cfg.CoolDown)
-			fail(CauseBadResponse, fmt.Errorf("peer %s: batch: %w", c.Name, err))
+			failAll(pending, bodyCause(rctx), fmt.Errorf("peer %s: batch: %w", c.Name, err))
 			return
-		case st != itemOK && n == 0:
-			r.cause, r.err = causeOfItem(st), fmt.Errorf("peer %s: %s: %w: item status %d", c.Name, r.req.obj, errBadAnswer, st)
-		case st != itemOK || gen != r.req.obj.Generation || n != r.req.n:
+		}
+		if f.st == itemWait {
+			continue // a keepalive: the owner is still filling
+		}
+		r := pending[f.index]
+		switch {
+		case f.st != itemOK:
+			r.cause, r.err = causeOfItem(f.st), fmt.Errorf("peer %s: %s: %w: item status %d", c.Name, r.req.obj, errBadAnswer, f.st)
+		case f.gen != r.req.obj.Generation || f.n != r.req.n:
 			p.cool(s.now(), s.cfg.CoolDown)
-			fail(CauseBadResponse, fmt.Errorf("peer %s: %s: %w: status %d, generation %d, %d bytes",
-				c.Name, r.req.obj, errBadAnswer, st, gen, n))
+			failAll(pending, CauseBadResponse, fmt.Errorf("peer %s: %s: %w: generation %d, %d bytes",
+				c.Name, r.req.obj, errBadAnswer, f.gen, f.n))
 			return
 		default:
-			r.data = make([]byte, n)
+			r.data = make([]byte, f.n)
 			if _, err := io.ReadFull(body, r.data); err != nil {
 				p.cool(s.now(), s.cfg.CoolDown)
-				fail(CauseBadResponse, fmt.Errorf("peer %s: batch: %s: %w", c.Name, r.req.obj, err))
+				failAll(pending, bodyCause(rctx), fmt.Errorf("peer %s: batch: %s: %w", c.Name, r.req.obj, err))
 				return
 			}
-			p.bytes.Add(n)
+			p.bytes.Add(f.n)
 		}
 		close(r.done)
-		answered++
+		pending[f.index] = nil
+		left--
+	}
+}
+
+// bodyCause says why a batch's body failed: a stall (no bytes, not even a
+// keepalive, for the stall timeout) or a bad answer.
+func bodyCause(rctx context.Context) Cause {
+	if errors.Is(context.Cause(rctx), errStalled) {
+		return CauseTimeout
+	}
+	return CauseBadResponse
+}
+
+// failAll answers every read of rs not answered yet (not nil) with cause
+// and err.
+func failAll(rs []*batchRead, cause Cause, err error) {
+	for i, r := range rs {
+		if r != nil {
+			r.cause, r.err = cause, err
+			close(r.done)
+			rs[i] = nil
+		}
 	}
 }
 

@@ -79,20 +79,22 @@
 // A small object costs a peer request its own round trip; a node reading
 // a dataset of millions of them from its owners would pay one per object.
 // So whole objects of at most [Config].BatchBelow bytes (1 MiB) read from
-// the same owner at about the same time travel together: the first read
-// waits [Config].BatchWindow (500 µs) for others, and one request asks for
-// all of them, up to [MaxBatch] (64), in order. A batch is as large as the
-// reads in flight, which the fetch.Downloader's connection budget bounds.
-// The objects are in the query, which the MAC covers (at most 96 KiB).
-// The server opens every object (filling misses, 16 at once, with 102
-// Processing heartbeats as for one object, for at most MaxWait), then
-// answers 200 with one frame per object, in the order asked: a status byte
-// (0 the bytes follow, 1 not found, 2 busy, 3 loop, 4 failed), the
-// generation and the length (big-endian uint64 each), then the object's
-// bytes. A frame that is not what was asked (another generation or length)
-// fails the rest of the batch, and the peer is cooled down; an object
-// answered otherwise than 0 goes on as a single read would (the next
-// candidate, or GCS). Each object is still checked whole against GCS's
+// the same owner travel in batches, adaptively: at most
+// [Config].BatchInflight (4) batch requests are in flight to a peer; a read
+// that finds a free slot sends at once with whatever reads wait (idle, a
+// read waits for nothing), and reads arriving while every slot is busy wait
+// together for the next, up to [Config].BatchMax ([MaxBatch], 64) to a
+// request. The objects are in the query, which the MAC covers (at most
+// 96 KiB). The server answers 200 at once and then one frame per object as
+// its open ends (misses filled 16 at once): a status byte (0 the bytes
+// follow, 1 not found, 2 busy, 3 loop, 4 failed, 5 a keepalive sent every
+// Heartbeat while nothing is ready), the object's index in the request
+// (big-endian uint16), its generation and its length (big-endian uint64
+// each), then its bytes; objects still filling after MaxWait are answered
+// busy. A frame that is not what was asked (an index out of range or
+// twice, another generation or length) fails the rest of the batch, and
+// the peer is cooled down; an object answered otherwise than 0 goes on as
+// a single read would (the next candidate, or GCS). Each object is still checked whole against GCS's
 // CRC32C by the reader's fetch.Downloader, so one corrupt member of a
 // batch is read again from GCS and the others stand.
 //
@@ -201,9 +203,9 @@
 //
 // # Concurrency
 //
-// Server and Source are safe for concurrent use. A batch is sent by the
-// read that leads it, which waits for every request it sends; the reads it
-// carries wait for its answer or their context. A Source's readers
+// Server and Source are safe for concurrent use. A batch is sent by a read
+// holding one of its peer's slots, which waits for the answer; the reads it
+// carries wait for their frames or their context. A Source's readers
 // belong to their callers and must be closed; Source.Close closes idle
 // connections. The Server starts one goroutine per request (the cache
 // Open it waits on, sending heartbeats meanwhile) and waits for it before

@@ -166,11 +166,14 @@ func TestServerLoop(t *testing.T) {
 }
 
 // TestServerHeartbeat: while the owner fills a miss from a slow GCS, the
-// requester hears 102s, and measures the gaps between them.
+// requester hears 102s, and measures the gaps between them. (A batch's
+// keepalives are frames of its body: TestBatchKeepalive.)
 func TestServerHeartbeat(t *testing.T) {
 	e := newGCSEnv(t)
 	la, lb := listen(t), listen(t)
-	a := startNode(t, e, "a", la, patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()})), nil)
+	cfg := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
+	cfg.BatchBelow = -1 // a request of its own
+	a := startNode(t, e, "a", la, cfg, nil)
 	startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
 		c.Heartbeat = time.Millisecond
 	})

@@ -34,7 +34,8 @@ const (
 	DefaultFallbackRate    = 50
 	DefaultFallbackBurst   = 100
 	DefaultBatchBelow      = 1 << 20
-	DefaultBatchWindow     = 500 * time.Microsecond
+	DefaultBatchMax        = 64
+	DefaultBatchInflight   = 4
 )
 
 // Config configures New. The zero value of each field but Key and Owners
@@ -82,9 +83,13 @@ type Config struct {
 	// MaxBatch objects to one (see the package doc, Batches). Default 1
 	// MiB; negative sends every object in a request of its own.
 	BatchBelow int64
-	// BatchWindow is how long the first small-object read waits for others
-	// to join its batch. Default 500µs.
-	BatchWindow time.Duration
+	// BatchInflight is how many batch requests may be in flight to one
+	// peer; reads that find them all busy wait for the next, together.
+	// Default 4.
+	BatchInflight int
+	// BatchMax is the most objects a batch request asks for, at most
+	// MaxBatch. Default MaxBatch (64).
+	BatchMax int
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -97,7 +102,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPeers < 0 || c.ConnectTimeout < 0 || c.FirstByteFloor < 0 || c.FirstByteFactor < 0 ||
 		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 ||
-		c.ChunkSize < 0 || c.BatchWindow < 0 {
+		c.ChunkSize < 0 || c.BatchInflight < 0 || c.BatchMax < 0 || c.BatchMax > MaxBatch {
 		return c, fmt.Errorf("%w: negative value", ErrConfig)
 	}
 	c.Key = slices.Clone(c.Key)
@@ -112,7 +117,8 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.FallbackBurst, DefaultFallbackBurst)
 	setDefault(&c.ChunkSize, placement.DefaultChunkSize)
 	setDefault(&c.BatchBelow, DefaultBatchBelow)
-	setDefault(&c.BatchWindow, DefaultBatchWindow)
+	setDefault(&c.BatchInflight, DefaultBatchInflight)
+	setDefault(&c.BatchMax, DefaultBatchMax)
 	if c.FirstByteMax < c.FirstByteFloor {
 		return c, fmt.Errorf("%w: FirstByteMax %v < FirstByteFloor %v", ErrConfig, c.FirstByteMax, c.FirstByteFloor)
 	}
@@ -369,7 +375,7 @@ func (s *Source) peer(name string) *peerState {
 	defer s.peersMu.Unlock()
 	p := s.peers[name]
 	if p == nil {
-		p = &peerState{batch: batcher{full: make(chan struct{}, 1)}}
+		p = &peerState{}
 		s.peers[name] = p
 	}
 	return p

@@ -63,6 +63,7 @@ type opts struct {
 	firstByte         time.Duration
 	readers           int
 	connections       int
+	peerBatch         bool // fleet.peer_batch
 	reader            string
 	phases            string
 	// Phase 5: the dataset's objects (of -size), the rounds of
@@ -92,6 +93,7 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
+	flag.BoolVar(&o.peerBatch, "peer-batch", true, "fleet.peer_batch: small objects from one owner in batch requests")
 	flag.IntVar(&o.connections, "connections", 16, "each daemon's fetch.connections (the product's default is 64; 16 keeps the figures comparable with earlier runs)")
 	flag.StringVar(&o.reader, "reader", "cat", "how phases 1-4 read an epoch: cat (one `cacheagent cat` process per object, -readers at a time, contents compared) or prefetch (one `prefetch --wait` job per node, inside the daemon, then verify)")
 	flag.StringVar(&o.phases, "phases", "1234567", "phases to run (digits)")
@@ -140,7 +142,7 @@ func (o opts) content(i int) []byte { return emulator.Pattern(uint64(i)+1, int(o
 func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
 	return fleettest.Config{Nodes: nodes, Bin: o.bin, Bucket: "bench", Prefix: "data/", Objects: o.objects,
 		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
-		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: o.connections,
+		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: o.connections, NoPeerBatch: !o.peerBatch,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
 }
 
@@ -242,8 +244,8 @@ func run(ctx context.Context, o opts) error {
 	D := int64(o.objects) * o.size
 	N := o.nodes
 	report("# fleet benchmark %s", time.Now().UTC().Format(time.RFC3339))
-	report("machine: nproc %d (%s); N=%d, D=%d objects × %s = %s; r_g=%d Mbit/s per node (hub htb), r_p=%d Mbit/s per node each way (htb), GCS first byte %v; %d concurrent reads per node; fetch.connections %d",
-		runtime.NumCPU(), cpuModel(), N, o.objects, humanize.IBytes(uint64(o.size)), mib(D), o.gcsMbit, o.peerMbit, o.firstByte, o.readers, o.connections)
+	report("machine: nproc %d (%s); N=%d, D=%d objects × %s = %s; r_g=%d Mbit/s per node (hub htb), r_p=%d Mbit/s per node each way (htb), GCS first byte %v; %d concurrent reads per node; fetch.connections %d; fleet.peer_batch %v",
+		runtime.NumCPU(), cpuModel(), N, o.objects, humanize.IBytes(uint64(o.size)), mib(D), o.gcsMbit, o.peerMbit, o.firstByte, o.readers, o.connections, o.peerBatch)
 	rg, rp := float64(o.gcsMbit), float64(o.peerMbit)
 	ideal := 1 / max(1/float64(N), float64(N-1)*rg/(float64(N)*rp))
 	report("link-bound ideal speed-up over one node: 1/max(1/N, (N-1)·r_g/(N·r_p)) = %.2f×", ideal)
