@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -71,27 +70,7 @@ func BenchmarkReopenPacked(b *testing.B) {
 	seedPacked(b, dir, n, 110_000)
 	env := newDirEnv(b)
 	cfg := env.config(dir, 1<<50) // room for the objects, which the sparse segments do not occupy
-	var opens time.Duration
-	for b.Loop() {
-		start := time.Now()
-		c, err := Open(context.Background(), cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		opens += time.Since(start)
-		b.StopTimer()
-		if st := c.Stats().Base(); st.Entries != int64(n) {
-			b.Fatalf("entries = %d; want %d", st.Entries, n)
-		}
-		if err := c.Close(); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-	}
-	if env.dl.calls.Load() != 0 {
-		b.Fatalf("downloads = %d; want 0", env.dl.calls.Load())
-	}
-	b.ReportMetric(opens.Seconds()/float64(b.N), "s/open")
+	b.ReportMetric(timeOpens(b, env, cfg, int64(n)), "s/open")
 	rss, hwm, childOpen := reopenInChild(b, dir)
 	b.ReportMetric(rss, "MB-rss")
 	b.ReportMetric(hwm, "MB-peak-rss")

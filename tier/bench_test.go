@@ -102,6 +102,22 @@ func BenchmarkReopen100k(b *testing.B) {
 	}
 	baseline := time.Since(start)
 
+	perOpen := timeOpens(b, env, cfg, n)
+	b.ReportMetric(perOpen, "s/open")
+	b.ReportMetric(baseline.Seconds(), "s/rawscan")
+	b.ReportMetric(perOpen/baseline.Seconds(), "open/rawscan")
+
+	rss, hwm, childOpen := reopenInChild(b, dir)
+	b.ReportMetric(rss, "MB-rss")
+	b.ReportMetric(hwm, "MB-peak-rss")
+	b.ReportMetric(childOpen, "s/open-cold-process")
+}
+
+// timeOpens opens (and closes) the cache of cfg b.N times, checking that it
+// adopts n entries and downloads nothing, and returns the mean seconds
+// per Open.
+func timeOpens(b *testing.B, env *dirEnv, cfg Config, n int64) float64 {
+	b.Helper()
 	var opens time.Duration
 	for b.Loop() {
 		start := time.Now()
@@ -122,15 +138,7 @@ func BenchmarkReopen100k(b *testing.B) {
 	if env.dl.calls.Load() != 0 {
 		b.Fatalf("downloads = %d; want 0", env.dl.calls.Load())
 	}
-	perOpen := opens.Seconds() / float64(b.N)
-	b.ReportMetric(perOpen, "s/open")
-	b.ReportMetric(baseline.Seconds(), "s/rawscan")
-	b.ReportMetric(perOpen/baseline.Seconds(), "open/rawscan")
-
-	rss, hwm, childOpen := reopenInChild(b, dir)
-	b.ReportMetric(rss, "MB-rss")
-	b.ReportMetric(hwm, "MB-peak-rss")
-	b.ReportMetric(childOpen, "s/open-cold-process")
+	return opens.Seconds() / float64(b.N)
 }
 
 // reopenInChild opens the cache in dir in a fresh process (this test binary

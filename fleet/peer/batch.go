@@ -174,8 +174,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) (outcome, er
 	defer cancel(nil)
 	ready := make(chan batchItem, len(objs))
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer func() { // the items not sent: close their handles
+	defer func() { // the items not sent: close their handles, once every open has ended
 		cancel(errMaxWait)
 		go func() { wg.Wait(); close(ready) }()
 		for it := range ready {
