@@ -68,6 +68,8 @@ fi
 
 echo "== go test -race"
 go test -race -count=1 -timeout 20m ./...
+echo "== tier again, with every packed entry frozen between uses (a warm set of one)"
+TIER_WARM_ENTRIES=1 go test -count=1 -timeout 10m ./tier
 
 echo "== python"
 # The cacheagent Python package (python/) against a real daemon, as users get

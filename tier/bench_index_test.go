@@ -98,3 +98,62 @@ func BenchmarkStats100k(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkThaw measures what freezing costs a use of a packed entry: a
+// lookup of a warm entry, against thawing a frozen one and freezing it
+// again (what a use of a cold object and the trim after it do).
+//
+//	go test -run '^$' -bench Thaw -count 3 ./tier
+func BenchmarkThaw(b *testing.B) {
+	const n = 2000
+	env := newDirEnv(b)
+	keys := make([]string, n)
+	for i := range n {
+		env.put(b, "bkt", fmt.Sprintf("train/n%05d/img-%07d.JPEG", i%1000, i), pattern(i, 4<<10))
+		keys[i] = indexKey("bkt", fmt.Sprintf("train/n%05d/img-%07d.JPEG", i%1000, i))
+	}
+	c := openCache(b, env.coldConfig(b.TempDir(), 1<<30, 1))
+	for i := range n {
+		h, err := c.Open(context.Background(), obj("bkt", fmt.Sprintf("train/n%05d/img-%07d.JPEG", i%1000, i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Close()
+	}
+	if err := c.flushAccess(); err != nil { // clean: freezable
+		b.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cfg.warmEntries = n * 2 // from here the benchmark freezes by itself
+	for _, k := range keys {
+		c.entryLocked(k) // all warm
+	}
+	b.Run("warm", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			if c.entryLocked(keys[i*7919%n]) == nil {
+				b.Fatal("not cached")
+			}
+			i++
+		}
+	})
+	for _, k := range keys {
+		c.freezeLocked(c.entryLocked(k))
+	}
+	b.Run("thaw-and-freeze", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			e := c.entryLocked(keys[i*7919%n])
+			if e == nil || !c.freezableLocked(e) || !c.freezeLocked(e) {
+				b.Fatal("cannot freeze")
+			}
+			if c.cold.needsCompaction() {
+				if err := c.cold.compact(nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i++
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -154,6 +155,9 @@ func reopenInChild(tb testing.TB, dir string) (rss, hwm, secs float64) {
 	}
 	sc := bufio.NewScanner(strings.NewReader(string(out)))
 	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "detail ") {
+			tb.Log(sc.Text())
+		}
 		if _, err := fmt.Sscanf(sc.Text(), "reopen rss_kb=%g hwm_kb=%g open_s=%g", &rss, &hwm, &secs); err == nil {
 			return rss / 1024, hwm / 1024, secs
 		}
@@ -177,6 +181,12 @@ func TestReopenChild(t *testing.T) {
 	}
 	secs := time.Since(start).Seconds()
 	rss, hwm := procStatus(t, "VmRSS:"), procStatus(t, "VmHWM:")
+	if os.Getenv("TIER_REOPEN_DETAIL") != "" {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		fmt.Printf("detail anon_kb=%d file_kb=%d heap_inuse_mb=%d heap_idle_unreleased_mb=%d\n",
+			procStatus(t, "RssAnon:"), procStatus(t, "RssFile:"), ms.HeapInuse>>20, (ms.HeapIdle-ms.HeapReleased)>>20)
+	}
 	fmt.Printf("reopen rss_kb=%d hwm_kb=%d open_s=%.3f\n", rss, hwm, secs)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)

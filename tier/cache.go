@@ -39,6 +39,7 @@ type Cache struct {
 	packQ    chan *packFill     // packed objects written, for the packer to commit
 	dls      *downloads         // downloads in flight, which promotions give way to
 	stop     chan struct{}      // closed by Close to stop the background goroutines
+	flushNow chan struct{}      // asks the flusher for a flush now (capacity 1)
 	bg       sync.WaitGroup     // the flusher, the promoter, the planner, the packer and the watcher
 	// onJoin, if set (by tests, before use), is called with the number of
 	// callers waiting on a fill each time one joins it.
@@ -76,9 +77,12 @@ type Cache struct {
 	closed     bool
 	cancels    map[uint64]context.CancelCauseFunc // detached contexts, cancelled by Close
 	nextCancel uint64
-	entries    map[string]*entry         // live base entries by index key
-	byID       map[fileID]*entry         // the same, by file id (for the watcher)
-	urgencies  map[fileID]*sharedUrgency // urgency of each fill, shared by its waiters
+	entries    map[string]*entry // live base entries by index key: the warm set
+	byID       map[fileID]*entry // the same, by file id (for the watcher)
+	// cold holds the live base entries frozen at rest (see freeze.go);
+	// nil before reconcile and after Close.
+	cold      *coldSet
+	urgencies map[fileID]*sharedUrgency // urgency of each fill, shared by its waiters
 	// dirty lists the entries marked dirty since the last flush (see
 	// markDirtyLocked), so that a flush costs O(changes), not a walk of
 	// every entry under mu. It may hold entries dropped since.
@@ -130,13 +134,14 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		return nil, err
 	}
 	c := &Cache{
-		cfg: s, base: base, hot: hot, idx: idx, stop: make(chan struct{}),
+		cfg: s, base: base, hot: hot, idx: idx, stop: make(chan struct{}), flushNow: make(chan struct{}, 1),
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
 		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
 		packQ: make(chan *packFill, maxPackGroup),
 	}
 	base.plans = c.plans
+	base.thawOld = c.thawOldLocked
 	if hot != nil {
 		hot.plans = c.plans
 	}
@@ -145,7 +150,10 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		c.promoteQ = make(chan *entry, promoteQueueLen)
 	}
 	if err := c.reconcile(ctx); err != nil {
-		return nil, errors.Join(err, idx.close())
+		return nil, errors.Join(err, c.idx.close())
+	}
+	if err := c.settle(); err != nil {
+		return nil, err // settle released the index and the cold set
 	}
 	c.bg.Go(c.flushLoop)
 	if hot != nil {
@@ -178,6 +186,13 @@ func (c *Cache) Close() error {
 	c.bg.Wait()
 	c.segs.closeActive()
 	ferr := c.flushAccess()
+	c.mu.Lock()
+	cold := c.cold
+	c.cold = nil // Lookup and friends may still run: they find no cold entries
+	c.mu.Unlock()
+	if cold != nil {
+		cold.release()
+	}
 	c.idxMu.Lock()
 	c.idxClosed = true
 	ierr := c.idx.close()
@@ -222,12 +237,18 @@ func (c *Cache) detach(ctx context.Context) (context.Context, func()) {
 	}
 }
 
-// flushLoop writes last-access times periodically until Close.
+// flushLoop writes last-access times periodically, and when the warm set
+// has outgrown its bound with entries that only a flush lets freeze (see
+// trimWarmLocked), until Close.
 func (c *Cache) flushLoop() {
 	t := time.NewTicker(accessFlushInterval)
 	defer t.Stop()
 	for {
 		select {
+		case <-c.flushNow:
+			if err := c.flushAccess(); err != nil {
+				c.cfg.log.Warn("tier: flush access times", "err", err)
+			}
 		case <-t.C:
 			if err := c.flushAccess(); err != nil {
 				c.cfg.log.Warn("tier: flush access times", "err", err)
@@ -277,5 +298,8 @@ func (c *Cache) flushAccess() error {
 		c.mu.Unlock()
 		return err
 	}
+	c.mu.Lock()
+	c.trimWarmLocked() // the entries just written are clean: they may freeze
+	c.mu.Unlock()
 	return nil
 }

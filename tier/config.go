@@ -123,6 +123,7 @@ type settings struct {
 	log           *slog.Logger
 	parallelism   int
 	packBelow     int64 // 0: nothing is packed
+	warmEntries   int   // the warm set's bound (see trimWarmLocked)
 	hooks         *testHooks
 }
 
@@ -134,7 +135,10 @@ func (c Config) settings() (settings, error) {
 	s := settings{baseTier: Disk, maxBytes: c.MaxBytes, baseShare: defaultBudgetShare,
 		shmMaxBytes: c.ShmMaxBytes, promoteHits: c.PromoteHits, promoteWindow: c.PromoteWindow,
 		revalidate: c.Revalidate, src: c.Source, dl: c.Downloader, log: c.Logger, parallelism: c.PrefetchParallelism,
-		hooks: c.hooks}
+		hooks: c.hooks, warmEntries: defaultWarmEntries}
+	if c.hooks != nil && c.hooks.warmEntries > 0 {
+		s.warmEntries = c.hooks.warmEntries
+	}
 	dir, shm, err := absDirs(c.Dir, c.ShmDir)
 	if err != nil {
 		return settings{}, err

@@ -107,7 +107,7 @@ func (c *Cache) runFill(ctx context.Context, a object.Attrs, u *object.Urgency) 
 func (c *Cache) findFile(o object.Object) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e := c.entries[indexKey(o.Bucket, o.Name)]; e != nil && e.rec.gen == o.Generation {
+	if e := c.entryLocked(indexKey(o.Bucket, o.Name)); e != nil && e.rec.gen == o.Generation {
 		return e
 	}
 	if z := c.base.zombies[idOf(o.Bucket, o.Name, o.Generation)]; z != nil && !z.doomed {
@@ -293,7 +293,7 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	if old := c.entries[e.key]; old != nil { // pins outlive generations
+	if old := c.entryLocked(e.key); old != nil { // pins outlive generations
 		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
 	}
 	c.mu.Unlock()
@@ -303,7 +303,7 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 	}
 	c.mu.Lock()
 	var dead []*entry
-	if old := c.entries[e.key]; old != nil {
+	if old := c.entryLocked(e.key); old != nil {
 		dead = c.dropLocked(old, false, dead)
 	}
 	c.installLocked(e)

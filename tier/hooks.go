@@ -26,6 +26,9 @@ type testHooks struct {
 	// resident, if set, answers for StageObjects whether the disk copy of
 	// key is in memory, in place of asking the kernel.
 	resident func(key string) bool
+	// warmEntries, if positive, bounds the warm set in place of
+	// defaultWarmEntries.
+	warmEntries int
 }
 
 func (h *testHooks) onCopy(ctx context.Context, key string) error {

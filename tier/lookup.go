@@ -10,6 +10,14 @@ import (
 func (c *Cache) Lookup(bucket, name string) (Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.cold != nil && c.entries[indexKey(bucket, name)] == nil {
+		if pos, ok := c.cold.findString(indexKey(bucket, name)); ok {
+			_, _, v := c.cold.parse(pos)
+			if r, err := decodeRecord(v); err == nil {
+				return c.coldSnapshotLocked(indexKey(bucket, name), r), true
+			}
+		}
+	}
 	e := c.entries[indexKey(bucket, name)]
 	if e == nil {
 		return Entry{}, false
@@ -17,23 +25,44 @@ func (c *Cache) Lookup(bucket, name string) (Entry, bool) {
 	return e.snapshotLocked(), true
 }
 
+// coldSnapshotLocked returns the frozen entry of key, with record r, as an
+// Entry (frozen entries are on disk, unpinned and not in use).
+func (c *Cache) coldSnapshotLocked(key string, r record) Entry {
+	e := entry{key: key, st: c.base, rec: r}
+	return e.snapshotLocked()
+}
+
 // Entries returns the cached objects of bucket whose names start with
 // prefix, sorted by name.
 func (c *Cache) Entries(bucket, prefix string) []Entry {
 	c.mu.Lock()
-	es := c.matchLocked(bucket, prefix)
+	es := c.warmMatchLocked(bucket, prefix)
 	out := make([]Entry, len(es))
 	for i, e := range es {
 		out[i] = e.snapshotLocked()
 	}
+	c.coldEachLocked(bucket, prefix, func(key string, r record) { out = append(out, c.coldSnapshotLocked(key, r)) })
 	c.mu.Unlock()
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Attrs.Name, b.Attrs.Name) })
 	return out
 }
 
-// matchLocked returns the live entries of bucket under prefix, in no order.
-// It scans every entry.
+// matchLocked returns the live entries of bucket under prefix, in no order,
+// thawing the frozen ones. It scans every entry.
 func (c *Cache) matchLocked(bucket, prefix string) []*entry {
+	out := c.warmMatchLocked(bucket, prefix)
+	if c.cold == nil || bucket == "" || strings.IndexByte(bucket, 0) >= 0 {
+		return out
+	}
+	keys := c.coldKeysLocked(bucket, prefix)
+	for _, k := range keys {
+		out = append(out, c.entryLocked(k))
+	}
+	return out
+}
+
+// warmMatchLocked returns the warm entries of bucket under prefix.
+func (c *Cache) warmMatchLocked(bucket, prefix string) []*entry {
 	if bucket == "" || strings.IndexByte(bucket, 0) >= 0 {
 		return nil
 	}

@@ -21,6 +21,10 @@ const (
 	zombie
 	// gone: the file is deleted or being deleted (see store.deleting).
 	gone
+	// frozen: a base entry moved into the cold set (see freeze.go); the
+	// object is still cached, under a thawed entry when next used. An
+	// *entry held across an unlock is resolved with currentLocked.
+	frozen
 )
 
 // entry is one copy of one cached generation of an object: a base entry
@@ -79,6 +83,9 @@ type entry struct {
 	// counted records that the copy's blocks are in st.inUse (see
 	// syncInUseLocked).
 	counted bool
+	// keep counts operations using the entry outside mu (a promotion, a
+	// verification): it is not frozen meanwhile.
+	keep int32
 }
 
 // newEntry returns a base entry for a freshly published file in st.
@@ -363,6 +370,9 @@ func (c *Cache) buryLocked(e *entry) {
 // access plans are announced the same copies are taken in the plans' order
 // instead (see plans.victimsLocked).
 func (st *store) lruVictimsLocked(need int64, skip *entry) (victims []*entry, freed int64) {
+	if st.thawOld != nil && need > 0 {
+		st.thawOld(need)
+	}
 	if st.plans.active() {
 		return st.plans.victimsLocked(st, need, skip)
 	}

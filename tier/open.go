@@ -101,7 +101,7 @@ func (c *Cache) lookup(o object.Object, reval time.Duration) (grant, int64, look
 	now := time.Now().UnixNano()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[indexKey(o.Bucket, o.Name)]
+	e := c.entryLocked(indexKey(o.Bucket, o.Name))
 	if o.Generation != 0 {
 		// A generation's bytes never change: no revalidation. A zombie
 		// still holding it is served unless doomed.
@@ -117,7 +117,9 @@ func (c *Cache) lookup(o object.Object, reval time.Duration) (grant, int64, look
 		return grant{}, e.rec.gen, stale
 	}
 	c.stats.hits++
-	return c.acquireLocked(e, now), e.rec.gen, hit
+	g := c.acquireLocked(e, now)
+	c.trimWarmLocked() // e is in use now: it stays warm
+	return g, e.rec.gen, hit
 }
 
 // acquireLocked takes a handle's reference on the best copy of base entry
@@ -168,7 +170,7 @@ func (c *Cache) revalidate(ctx context.Context, o object.Object, gen int64) (*Ha
 func (c *Cache) openGen(o object.Object, gen int64, confirmed bool) (*Handle, error) {
 	now := time.Now().UnixNano()
 	c.mu.Lock()
-	e := c.entries[indexKey(o.Bucket, o.Name)]
+	e := c.entryLocked(indexKey(o.Bucket, o.Name))
 	ok := e != nil && e.rec.gen == gen
 	var g grant
 	if ok {
@@ -201,11 +203,13 @@ func (c *Cache) fetchAndOpen(ctx context.Context, o object.Object, a object.Attr
 		return nil, err
 	}
 	c.mu.Lock()
-	ok := r.e.state != gone && !r.e.doomed
+	e := c.currentLocked(r.e) // frozen since the fill ended: thawed again
+	ok := e != nil && e.state != gone && !e.doomed
 	var g grant
 	if ok {
-		g = c.acquireLocked(r.e, time.Now().UnixNano())
+		g = c.acquireLocked(e, time.Now().UnixNano())
 	}
+	c.trimWarmLocked()
 	c.mu.Unlock()
 	if !ok {
 		return nil, retryError{fmt.Errorf("tier: open %s: evicted before it could be opened: %w", o, ErrNoSpace)}
@@ -221,7 +225,7 @@ func (c *Cache) dropGen(bucket, name string, gen int64) {
 		return
 	}
 	c.mu.Lock()
-	e := c.entries[indexKey(bucket, name)]
+	e := c.entryLocked(indexKey(bucket, name))
 	var dropped, dead []*entry
 	if e != nil && e.rec.gen == gen {
 		dropped = []*entry{e}

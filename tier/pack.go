@@ -212,7 +212,7 @@ func (c *Cache) installPacked(group []*packFill) error {
 	for i, pf := range group {
 		e := newEntry(c.base, pf.a, pf.blocks, fileIdent{ino: pf.seg.ino}, now)
 		e.seg, e.rec.packed, e.rec.seg, e.rec.off = pf.seg, true, pf.seg.num, pf.off
-		if old := c.entries[e.key]; old != nil { // pins outlive generations
+		if old := c.entryLocked(e.key); old != nil { // pins outlive generations
 			e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
 		}
 		pf.e, keys[i], recs[i] = e, e.key, e.rec
@@ -226,7 +226,7 @@ func (c *Cache) installPacked(group []*packFill) error {
 	var dead []*entry
 	for _, pf := range group {
 		e := pf.e
-		if old := c.entries[e.key]; old != nil {
+		if old := c.entryLocked(e.key); old != nil {
 			dead = c.dropLocked(old, false, dead)
 		}
 		c.installLocked(e)
@@ -240,6 +240,7 @@ func (c *Cache) installPacked(group []*packFill) error {
 	over, _ := c.base.lruVictimsLocked(c.base.committedLocked()-c.base.maxBytes, group[len(group)-1].e)
 	dead = c.evictLocked(over, dead)
 	c.base.signalLocked()
+	c.trimWarmLocked()
 	c.mu.Unlock()
 	c.deleteRecords(over)
 	c.idxMu.Unlock()

@@ -93,6 +93,13 @@ func (c *Cache) setPins(ctx context.Context, bucket, prefix string, pin func(r *
 		return 0, nil, fmt.Errorf("tier: pin gs://%s/%s: %w", bucket, prefix, err)
 	}
 	c.mu.Lock()
+	// Entries may have been frozen meanwhile (not dropped: that takes idxMu).
+	for i, e := range es {
+		es[i] = c.currentLocked(e)
+	}
+	for i, e := range all {
+		all[i] = c.currentLocked(e)
+	}
 	c.setPinsLocked(es, pin)
 	c.mu.Unlock()
 	return len(es), all, nil

@@ -341,7 +341,7 @@ func (c *Cache) fetchObjects(ctx context.Context, objs []object.Object, p object
 			continue
 		}
 		c.mu.Lock()
-		e := c.entries[indexKey(o.Bucket, o.Name)]
+		e := c.entryLocked(indexKey(o.Bucket, o.Name))
 		var a object.Attrs
 		if e != nil && e.rec.gen == o.Generation {
 			a = e.attrs()

@@ -126,7 +126,7 @@ func (c *Cache) planDone(r planResult) {
 	p := c.plans
 	k := indexKey(r.obj.Bucket, r.obj.Name)
 	delete(p.busy, k)
-	if e := c.entries[k]; e != nil {
+	if e := c.entryLocked(k); e != nil {
 		p.noteSizeLocked(k, e.rec.size)
 	} else if _, ok := p.objects[k]; ok {
 		p.failed[k] = true // not retried until announced again
@@ -193,7 +193,7 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 		if item > 0 {
 			size = item
 		}
-		if e := c.entries[k]; e != nil {
+		if e := c.entryLocked(k); e != nil {
 			p.noteSizeLocked(k, e.rec.size)
 			if d < promoteAhead {
 				c.queuePromoteLocked(e)

@@ -120,11 +120,12 @@ func (c *Cache) prefetchOne(ctx context.Context, a object.Attrs, p object.Priori
 func (c *Cache) touchIfCached(a object.Attrs) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[indexKey(a.Bucket, a.Name)]
+	e := c.entryLocked(indexKey(a.Bucket, a.Name))
 	if e == nil || e.rec.gen < a.Generation {
 		return false
 	}
 	c.touchLocked(e, time.Now().UnixNano())
+	c.trimWarmLocked() // e is dirty now: it stays warm
 	return true
 }
 

@@ -120,8 +120,19 @@ func (c *Cache) promoteShared(ctx context.Context, e *entry) (ok bool, err error
 // ErrNoSpace; nothing is left behind.
 func (c *Cache) promoteOne(ctx context.Context, e *entry) (bool, error) {
 	c.mu.Lock()
-	ok := e.state == live && e.hot == nil
+	if e = c.currentLocked(e); e != nil {
+		e.keep++ // not frozen while promoted
+	}
+	ok := e != nil && e.state == live && e.hot == nil
 	c.mu.Unlock()
+	if e == nil {
+		return false, nil
+	}
+	defer func() {
+		c.mu.Lock()
+		e.keep--
+		c.mu.Unlock()
+	}()
 	if !ok {
 		return false, nil
 	}

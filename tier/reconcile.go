@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -44,15 +45,21 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	expected, packed, bad, err := c.loadIndex()
+	expected, packed, cold, bad, err := c.loadIndex()
 	if err != nil {
 		return err
 	}
+	ok := false
+	defer func() {
+		if !ok {
+			cold.release()
+		}
+	}()
 	adopt, orphans, drop, err := c.scanTier(ctx, c.base, expected)
 	if err != nil {
 		return err
 	}
-	pk, err := c.reconcileSegments(packed)
+	pk, err := c.reconcileSegments(packed, cold)
 	if err != nil {
 		return err
 	}
@@ -63,6 +70,10 @@ func (c *Cache) reconcile(ctx context.Context) error {
 		return err
 	}
 	c.adopt(adopt)
+	if err := c.adoptCold(cold, pk); err != nil {
+		return err
+	}
+	ok = true
 	var hot hotReconcile
 	if c.hot != nil {
 		if hot, err = c.reconcileHot(ctx); err != nil {
@@ -167,26 +178,39 @@ func (c *Cache) reconcileHot(ctx context.Context) (hotReconcile, error) {
 	return r, nil
 }
 
-// loadIndex reads every record into an entry: those with a file of their
-// own keyed by file id, packed ones in a list. bad lists the keys of records
-// that do not decode (or collide), to be dropped.
-func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, []string, error) {
+// loadIndex reads every record: those with a file of their own into
+// entries keyed by file id; packed ones at rest (unpinned, not in shm, with
+// the blocks their size takes) into a cold set without making entries of
+// them, the other packed ones into entries in a list. bad lists the keys of
+// records that do not decode (or collide), to be dropped.
+func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, *coldSet, []string, error) {
 	expected := make(map[fileID]*entry)
 	var packed []*entry
 	var bad []string
+	cold := newColdSet()
+	align := max(c.base.bsize, int64(os.Getpagesize()), pageSize) // as newSegments has it
+	var coldErr error
 	err := c.idx.scan(func(k, v []byte) {
+		r, err := decodeRecord(v)
+		if c.hot == nil {
+			r.inShm = false // no shm tier now: any copy there is not ours to use
+		}
+		if err == nil && r.packed && !r.pinned && !r.inShm && r.blocks == roundUp(r.size, align) &&
+			coldErr == nil {
+			var buf [256]byte
+			if val := appendRecord(buf[:0], r); fits(k, val) && validKey(k) {
+				_, coldErr = cold.add(k, val)
+				return
+			}
+		}
 		key := string(k)
 		bucket, name, ok := splitKey(key)
-		r, err := decodeRecord(v)
 		if !ok || err != nil {
 			c.cfg.log.Warn("tier: dropping malformed index record", "key", key, "err", err)
 			bad = append(bad, key)
 			return
 		}
 		e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), rec: r}
-		if c.hot == nil {
-			e.rec.inShm = false // no shm tier now: any copy there is not ours to use
-		}
 		if r.packed {
 			packed = append(packed, e)
 			return
@@ -197,7 +221,38 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, []string, error) {
 		}
 		expected[e.id] = e
 	})
-	return expected, packed, bad, err
+	if err == nil {
+		err = coldErr
+	}
+	if err != nil {
+		cold.release()
+	}
+	return expected, packed, cold, bad, err
+}
+
+// validKey reports whether splitKey accepts index key k.
+func validKey(k []byte) bool {
+	_, _, ok := splitKey(unsafe.String(unsafe.SliceData(k), len(k)))
+	return ok
+}
+
+// adoptCold makes the cold records that reconcileSegments kept the cache's
+// cold set, least recently used first, and accounts for them.
+func (c *Cache) adoptCold(cold *coldSet, pk segmentReconcile) error {
+	slices.SortStableFunc(pk.cold, func(a, b coldAt) int { return cmp.Compare(a.access, b.access) })
+	pos := make([]uint64, len(pk.cold))
+	for i, ca := range pk.cold {
+		pos[i] = ca.pos
+	}
+	if err := cold.compact(pos); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cold = cold
+	c.base.used += pk.coldUsed
+	c.base.copies += len(pk.cold)
+	return nil
 }
 
 // scanData reads the 256 data subdirectories of lay in parallel, removing

@@ -78,12 +78,23 @@ type segments struct {
 	next   uint64 // the number of the next segment created
 	// writing counts fills in progress in every segment (alloc to done).
 	writing int
+	// byNum holds every segment with objects or fills in it, by number:
+	// frozen entries name their segment by number (see Cache.thawLocked).
+	byNum map[uint64]*segment
 }
 
 // newSegments returns the segments of the base tier laid out in lay; next is
 // the first number not in use.
 func newSegments(lay layout, bsize int64, next uint64) *segments {
-	return &segments{dir: lay.seg, align: max(bsize, int64(os.Getpagesize()), pageSize), max: segmentMax, next: next}
+	return &segments{dir: lay.seg, align: max(bsize, int64(os.Getpagesize()), pageSize), max: segmentMax, next: next,
+		byNum: make(map[uint64]*segment)}
+}
+
+// get returns segment num, which holds at least one object.
+func (s *segments) get(num uint64) *segment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byNum[num]
 }
 
 // segPath returns the path of segment num in dir.
@@ -152,7 +163,9 @@ func (s *segments) createLocked() (*segment, error) {
 		return nil, err
 	}
 	s.next++
-	return &segment{num: num, path: p, ino: st.Ino, f: f}, nil
+	seg := &segment{num: num, path: p, ino: st.Ino, f: f}
+	s.byNum[num] = seg
+	return seg, nil
 }
 
 // sealLocked stops appends to seg; its file is closed once its fills end.
@@ -202,6 +215,9 @@ func (s *segments) release(seg *segment, n int) error {
 	s.mu.Lock()
 	seg.objects -= n
 	remove := seg.objects == 0 && seg.sealed && seg.fills == 0
+	if remove {
+		delete(s.byNum, seg.num)
+	}
 	s.mu.Unlock()
 	if !remove {
 		return nil

@@ -13,21 +13,37 @@ import (
 
 // segmentReconcile is what reconcileSegments found and did.
 type segmentReconcile struct {
-	adopt    []found  // packed objects whose bytes are in place
+	adopt    []found  // warm packed objects whose bytes are in place
+	cold     []coldAt // cold ones (in c.cold), with their last access
+	coldUsed int64    // the blocks of cold
 	drop     []string // keys of packed records whose segment is missing, short or overlapped
 	segments int      // segments kept
 	removed  int      // segment files removed: no record names an object in them
 	gaps     int      // regions freed that no record names (a group cut short by a crash, evictions not yet freed)
 }
 
-// reconcileSegments checks the packed records against the segment files
-// and sets up c.segs: a record whose segment is missing, too short, or
-// whose region overlaps another's is dropped; a segment no record names is
-// removed; the space of a segment that no record names (objects written
-// but never committed before a crash, objects evicted whose space was not
-// yet freed) is punched out. Every segment found is sealed: new objects go
-// to a new one.
-func (c *Cache) reconcileSegments(packed []*entry) (segmentReconcile, error) {
+// coldAt is a cold record's position and last access, for sorting.
+type coldAt struct {
+	access int64
+	pos    uint64
+}
+
+// packedRec is a packed record being checked: a warm entry's, or the cold
+// record at pos.
+type packedRec struct {
+	off, size, access int64
+	e                 *entry // nil for a cold record
+	pos               uint64
+}
+
+// reconcileSegments checks the packed records (warm entries, and the records
+// of cold) against the segment files and sets up c.segs: a record whose
+// segment is missing, too short, or whose region overlaps another's is
+// dropped (from cold too); a segment no record names is removed; the space
+// of a segment that no record names (objects written but never committed
+// before a crash, objects evicted whose space was not yet freed) is punched
+// out. Every segment found is sealed: new objects go to a new one.
+func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconcile, error) {
 	var r segmentReconcile
 	dir := c.base.lay.seg
 	des, err := os.ReadDir(dir)
@@ -58,26 +74,43 @@ func (c *Cache) reconcileSegments(packed []*entry) (segmentReconcile, error) {
 		next = max(next, num+1)
 	}
 	c.segs = newSegments(c.base.lay, c.base.bsize, next)
-	bySeg := make(map[uint64][]*entry)
+	bySeg := make(map[uint64][]packedRec)
 	for _, e := range packed {
-		bySeg[e.rec.seg] = append(bySeg[e.rec.seg], e)
+		bySeg[e.rec.seg] = append(bySeg[e.rec.seg], packedRec{off: e.rec.off, size: e.rec.size, e: e})
 	}
-	for num, es := range bySeg {
+	cold.each(func(pos uint64, _, v []byte) bool {
+		rec, _ := decodeRecord(v) // loadIndex decoded it before
+		bySeg[rec.seg] = append(bySeg[rec.seg], packedRec{off: rec.off, size: rec.size, access: rec.access, pos: pos})
+		return true
+	})
+	r.cold = make([]coldAt, 0, cold.len())
+	for num, ps := range bySeg {
 		seg := files[num]
-		slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.rec.off, b.rec.off) })
+		slices.SortFunc(ps, func(a, b packedRec) int { return cmp.Compare(a.off, b.off) })
 		var end int64 // of the last region kept
 		var kept []region
-		for _, e := range es {
-			n := roundUp(e.rec.size, c.segs.align)
-			if seg == nil || e.rec.off+e.rec.size > sizes[num] || e.rec.off < end || e.rec.off%c.segs.align != 0 {
-				r.drop = append(r.drop, e.key)
+		for _, p := range ps {
+			n := roundUp(p.size, c.segs.align)
+			if seg == nil || p.off+p.size > sizes[num] || p.off < end || p.off%c.segs.align != 0 {
+				if p.e != nil {
+					r.drop = append(r.drop, p.e.key)
+				} else {
+					_, k, _ := cold.parse(p.pos)
+					r.drop = append(r.drop, string(k))
+					cold.remove(p.pos)
+				}
 				continue
 			}
-			e.seg = seg
 			seg.objects++
-			end = e.rec.off + n
-			kept = append(kept, region{e.rec.off, n})
-			r.adopt = append(r.adopt, found{e: e, blocks: n, ident: fileIdent{ino: seg.ino}})
+			end = p.off + n
+			kept = append(kept, region{p.off, n})
+			if p.e != nil {
+				p.e.seg = seg
+				r.adopt = append(r.adopt, found{e: p.e, blocks: n, ident: fileIdent{ino: seg.ino}})
+			} else { // loadIndex froze only records whose blocks are n
+				r.cold = append(r.cold, coldAt{access: p.access, pos: p.pos})
+				r.coldUsed += n
+			}
 		}
 		if seg != nil && len(kept) > 0 {
 			gaps, err := punchGaps(seg, kept, sizes[num])
@@ -90,6 +123,7 @@ func (c *Cache) reconcileSegments(packed []*entry) (segmentReconcile, error) {
 	for num, seg := range files {
 		if seg.objects > 0 {
 			r.segments++
+			c.segs.byNum[num] = seg
 			continue
 		}
 		if err := os.Remove(seg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {

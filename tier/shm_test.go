@@ -18,7 +18,7 @@ import (
 func queued(c *Cache, bucket, name string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.entries[indexKey(bucket, name)]
+	e := c.entryLocked(indexKey(bucket, name))
 	return e != nil && e.promoting
 }
 

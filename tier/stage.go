@@ -101,7 +101,7 @@ func (c *Cache) StageObjects(ctx context.Context, objs []object.Object) (promote
 	for _, e := range es {
 		if c.hooks.Load().isResident(e.key, e.path(), e.rec.off, e.rec.size) {
 			c.mu.Lock()
-			if e.hot == nil && !e.promoting {
+			if e := c.currentLocked(e); e != nil && e.hot == nil && !e.promoting {
 				c.queuePromoteLocked(e)
 			}
 			c.mu.Unlock()
@@ -120,7 +120,7 @@ func (c *Cache) planEntries(objs []object.Object) []*entry {
 	defer c.mu.Unlock()
 	var es []*entry
 	for _, o := range objs {
-		e := c.entries[indexKey(o.Bucket, o.Name)]
+		e := c.entryLocked(indexKey(o.Bucket, o.Name))
 		if e != nil && e.hot == nil && (o.Generation == 0 || o.Generation == e.rec.gen) {
 			es = append(es, e)
 		}

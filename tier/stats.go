@@ -23,7 +23,7 @@ func (c *Cache) Stats() stats.Cache {
 // statsLocked is Stats with c.mu held.
 func (c *Cache) statsLocked() stats.Cache {
 	b, n := c.base, c.stats
-	base := stats.Tier{Name: string(b.name), Dir: c.cfg.dir, Entries: int64(len(c.entries)),
+	base := stats.Tier{Name: string(b.name), Dir: c.cfg.dir, Entries: int64(b.copies),
 		UsedBytes: b.used, MaxBytes: b.maxBytes, ReservedBytes: b.reserved, PinnedBytes: b.pinnedBytes,
 		DirtyBytes: b.held, PendingBytes: b.pending, Hits: n.hits - n.shmHits, Misses: n.misses, Revalidations: n.revalidations,
 		Fills: n.fills, BytesFetched: n.bytesFetched, Evictions: n.evictions, Damaged: n.damaged}

@@ -18,6 +18,9 @@ import (
 // before): the base tier's and the shm tier's (zero without one).
 func recountLocked(c *Cache) (base, shm stats.Tier) {
 	base.Entries = int64(len(c.entries))
+	if c.cold != nil {
+		base.Entries += int64(c.cold.len()) // frozen: unpinned, not in use
+	}
 	for _, e := range c.entries {
 		switch {
 		case e.rec.pinned:

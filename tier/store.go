@@ -33,6 +33,11 @@ type store struct {
 	headroom int64   // free bytes fills and promotions leave on the filesystem
 	share    float64 // share of the filesystem that a budget of 0 means
 
+	// thawOld, set on the base tier, thaws its least recently used cold
+	// entries into the LRU up to the blocks given (mu held), so that
+	// eviction sees them.
+	thawOld func(need int64)
+
 	maxBytes    int64
 	used        int64 // blocks of live copies, zombies and detached zombies
 	reserved    int64 // space set aside by fills or promotions in progress

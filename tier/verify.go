@@ -1,7 +1,6 @@
 package tier
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -90,11 +90,11 @@ func (c *Cache) Verify(ctx context.Context, opts VerifyOptions) (VerifyResult, e
 	}
 	defer end()
 	pace := newPacer(opts.Rate, time.Now())
-	for _, e := range c.verifyList(opts.Bucket, opts.Prefix) {
+	for _, key := range c.verifyList(opts.Bucket, opts.Prefix) {
 		if err := ctx.Err(); err != nil {
 			return res, fmt.Errorf("tier: verify: %w", err)
 		}
-		if err := c.verifyObject(ctx, e, pace, &res); err != nil {
+		if err := c.verifyObject(ctx, key, pace, &res); err != nil {
 			return res, err
 		}
 		if opts.Progress != nil {
@@ -104,36 +104,49 @@ func (c *Cache) Verify(ctx context.Context, opts VerifyOptions) (VerifyResult, e
 	return res, nil
 }
 
-// verifyList returns the live base entries of bucket under prefix (every
-// entry if bucket is ""), by key.
-func (c *Cache) verifyList(bucket, prefix string) []*entry {
+// verifyList returns the index keys of the cached objects of bucket under
+// prefix (every one if bucket is ""), sorted; frozen entries are listed
+// without being thawed.
+func (c *Cache) verifyList(bucket, prefix string) []string {
+	if strings.IndexByte(bucket, 0) >= 0 {
+		return nil
+	}
 	c.mu.Lock()
-	var es []*entry
-	if bucket == "" {
-		es = make([]*entry, 0, len(c.entries))
-		for _, e := range c.entries {
-			es = append(es, e)
+	keys := c.coldKeysLocked(bucket, prefix)
+	kp := indexKey(bucket, prefix)
+	for k := range c.entries {
+		if bucket == "" || strings.HasPrefix(k, kp) {
+			keys = append(keys, k)
 		}
-	} else {
-		es = c.matchLocked(bucket, prefix)
 	}
 	c.mu.Unlock()
-	slices.SortFunc(es, func(a, b *entry) int { return cmp.Compare(a.key, b.key) })
-	return es
+	slices.Sort(keys)
+	return keys
 }
 
-// verifyObject checks the copies of base entry e, its hot copy first.
-func (c *Cache) verifyObject(ctx context.Context, e *entry, pace *pacer, res *VerifyResult) error {
+// verifyObject checks the copies of the object cached under index key key,
+// its hot copy first.
+func (c *Cache) verifyObject(ctx context.Context, key string, pace *pacer, res *VerifyResult) error {
 	c.mu.Lock()
-	live := e.state == live
-	cps := []*entry{e}
-	if e.hot != nil {
-		cps = []*entry{e.hot, e}
+	e := c.entryLocked(key)
+	var cps []*entry
+	if e != nil {
+		e.keep++ // not frozen while read
+		cps = []*entry{e}
+		if e.hot != nil {
+			cps = []*entry{e.hot, e}
+		}
 	}
 	c.mu.Unlock()
-	if !live {
+	if e == nil {
 		return nil // gone since the listing: nothing to count
 	}
+	defer func() {
+		c.mu.Lock()
+		e.keep--
+		c.trimWarmLocked()
+		c.mu.Unlock()
+	}()
 	res.Objects++
 	for _, cp := range cps {
 		if err := c.verifyCopy(ctx, cp, pace, res); err != nil {

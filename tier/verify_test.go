@@ -140,7 +140,7 @@ func (v *verifyEnv) path(t testing.TB, name string, k Kind) string {
 	t.Helper()
 	v.c.mu.Lock()
 	defer v.c.mu.Unlock()
-	e := v.c.entries[indexKey("bkt", name)]
+	e := v.c.entryLocked(indexKey("bkt", name))
 	if e == nil {
 		t.Fatalf("%s is not cached", name)
 	}
@@ -260,7 +260,7 @@ func TestVerifyDirSource(t *testing.T) {
 	pathOf := func(bucket, name string) string {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		x := c.entries[indexKey(bucket, name)]
+		x := c.entryLocked(indexKey(bucket, name))
 		return x.st.path(x.id)
 	}
 	flipByte(t, pathOf("bkt", "x"), 100)

@@ -1,0 +1,251 @@
+package tier
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestColdSetModel runs random adds, removes, lookups and compactions
+// against a map and checks the set agrees after every step, including the
+// order of its records (freezing order).
+func TestColdSetModel(t *testing.T) {
+	cs := newColdSet()
+	defer cs.release()
+	rng := rand.New(rand.NewPCG(1, 2))
+	model := map[string]string{}
+	var order []string // keys in arena order
+	key := func(i int) string {
+		return fmt.Sprintf("bkt\x00%0*d", 1+i%300, i) // lengths up to 300 bytes
+	}
+	for step := range 60000 {
+		i := rng.IntN(5000)
+		k := key(i)
+		switch op := rng.IntN(10); {
+		case op < 5:
+			if _, ok := model[k]; ok {
+				continue
+			}
+			v := fmt.Sprintf("val-%d-%d", i, step)
+			if _, err := cs.add([]byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			model[k] = v
+			order = append(order, k)
+		case op < 9:
+			pos, ok := cs.findString(k)
+			_, want := model[k]
+			if ok != want {
+				t.Fatalf("step %d: find(%q) = %v; want %v", step, k, ok, want)
+			}
+			if ok {
+				if _, gk, gv := cs.parse(pos); string(gk) != k || string(gv) != model[k] {
+					t.Fatalf("step %d: record at %d is %q=%q; want %q=%q", step, pos, gk, gv, k, model[k])
+				}
+				if rng.IntN(2) == 0 {
+					cs.remove(pos)
+					delete(model, k)
+				}
+			}
+		default:
+			if cs.needsCompaction() || rng.IntN(50) == 0 {
+				if err := cs.compact(nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if cs.len() != len(model) {
+			t.Fatalf("step %d: len %d; want %d", step, cs.len(), len(model))
+		}
+	}
+	var got []string
+	cs.each(func(_ uint64, k, v []byte) bool {
+		if model[string(k)] != string(v) {
+			t.Errorf("record %q=%q; want %q", k, v, model[string(k)])
+		}
+		got = append(got, string(k))
+		return true
+	})
+	last := map[string]int{} // a key removed and added again is where it was added last
+	for i, k := range order {
+		last[k] = i
+	}
+	var want []string
+	for i, k := range order {
+		if _, ok := model[k]; ok && last[k] == i {
+			want = append(want, k)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("records are not in the order they were added")
+	}
+	if pos, ok := cs.oldest(); ok && len(want) > 0 {
+		if _, k, _ := cs.parse(pos); string(k) != want[0] {
+			t.Errorf("oldest is %q; want %q", k, want[0])
+		}
+	}
+}
+
+// coldConfig is a packed config whose warm set holds at most n entries.
+func (e *dirEnv) coldConfig(dir string, maxBytes int64, n int) Config {
+	cfg := e.packConfig(dir, maxBytes)
+	cfg.hooks = &testHooks{warmEntries: n}
+	return cfg
+}
+
+// coldLen returns how many entries are frozen.
+func coldLen(c *Cache) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cold == nil {
+		return 0
+	}
+	return c.cold.len()
+}
+
+// TestFrozenEntriesServeAndRestart fills packed objects into a cache whose
+// warm set holds 4: the rest freeze; every object reads back exactly,
+// Lookup, Entries, Stats and Verify see them all, a restart adopts them all
+// frozen with no download, and the accounting holds throughout.
+func TestFrozenEntriesServeAndRestart(t *testing.T) {
+	env := newDirEnv(t)
+	dir := t.TempDir()
+	const n = 60
+	want := map[string][]byte{}
+	for i := range n {
+		name := fmt.Sprintf("f%03d", i)
+		want[name] = pattern(i, 1000+i*997)
+		env.put(t, "bkt", name, want[name])
+	}
+	ctx := context.Background()
+	check := func(c *Cache) {
+		t.Helper()
+		if got := len(c.Entries("bkt", "")); got != n {
+			t.Errorf("Entries = %d; want %d", got, n)
+		}
+		if st := c.Stats().Base(); st.Entries != n {
+			t.Errorf("Stats().Entries = %d; want %d", st.Entries, n)
+		}
+		if en, ok := c.Lookup("bkt", "f000"); !ok || en.Attrs.Size != 1000 || en.Attrs.Name != "f000" {
+			t.Errorf("Lookup(f000) = %+v, %v", en, ok)
+		}
+		res, err := c.Verify(ctx, VerifyOptions{})
+		if err != nil || res.Objects != n || res.Verified != n {
+			t.Errorf("Verify = %+v, %v; want %d objects verified", res.Verify, err, n)
+		}
+		for name, data := range want {
+			openRead(t, c, obj("bkt", name), data)
+		}
+		checkInvariants(t, c)
+	}
+	c := openCache(t, env.coldConfig(dir, 64<<20, 4))
+	for name, data := range want {
+		openRead(t, c, obj("bkt", name), data)
+	}
+	if err := c.flushAccess(); err != nil { // clean entries freeze
+		t.Fatal(err)
+	}
+	if got := coldLen(c); got < n-8 {
+		t.Fatalf("%d entries frozen; want most of %d", got, n)
+	}
+	check(c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fetched := env.dl.calls.Load()
+	c2 := openCache(t, env.coldConfig(dir, 64<<20, 4))
+	if got := coldLen(c2); got != n {
+		t.Errorf("%d entries frozen after restart; want all %d", got, n)
+	}
+	check(c2)
+	if got := env.dl.calls.Load(); got != fetched {
+		t.Errorf("%d downloads after restart; want 0", got-fetched)
+	}
+}
+
+// TestFrozenEvictionOrder checks that eviction takes the least recently
+// used objects whether frozen or warm: with room for 10 objects, reading 20
+// (each frozen soon after) leaves the last 10 read, and a frozen object
+// used again is kept over older ones.
+func TestFrozenEvictionOrder(t *testing.T) {
+	env := newDirEnv(t)
+	const size = 64 << 10
+	for i := range 30 {
+		env.put(t, "bkt", fmt.Sprintf("o%02d", i), pattern(i, size))
+	}
+	c := openCache(t, env.coldConfig(t.TempDir(), 10*size, 2))
+	read := func(i int) {
+		t.Helper()
+		openRead(t, c, obj("bkt", fmt.Sprintf("o%02d", i)), pattern(i, size))
+		time.Sleep(time.Millisecond) // distinct access times
+		if err := c.flushAccess(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 10 {
+		read(i)
+	}
+	read(0) // o00 is now the most recently used
+	for i := 10; i < 19; i++ {
+		read(i)
+	}
+	var got []string
+	for _, en := range c.Entries("bkt", "") {
+		got = append(got, en.Attrs.Name)
+	}
+	want := []string{"o00", "o10", "o11", "o12", "o13", "o14", "o15", "o16", "o17", "o18"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("cached %v; want %v", got, want)
+	}
+	if coldLen(c) == 0 {
+		t.Errorf("nothing was frozen")
+	}
+	checkInvariants(t, c)
+}
+
+// TestFrozenConcurrentUse opens, evicts, pins and verifies packed objects
+// from many goroutines with a warm set of 1, so that entries freeze and
+// thaw under every operation; every read is exact and the accounting holds.
+// Run with -race.
+func TestFrozenConcurrentUse(t *testing.T) {
+	env := newDirEnv(t)
+	const n, size = 40, 20 << 10
+	for i := range n {
+		env.put(t, "bkt", fmt.Sprintf("c%02d", i), pattern(i, size))
+	}
+	c := openCache(t, env.coldConfig(t.TempDir(), 25*size, 1))
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for w := range 6 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 9))
+			for range 150 {
+				i := rng.IntN(n)
+				name := fmt.Sprintf("c%02d", i)
+				switch rng.IntN(10) {
+				case 0:
+					c.Evict(ctx, "bkt", name)
+				case 1:
+					if _, err := c.Verify(ctx, VerifyOptions{Bucket: "bkt", Prefix: name}); err != nil {
+						t.Error(err)
+					}
+				case 2:
+					c.flushAccess()
+				default:
+					h, err := c.Open(ctx, obj("bkt", name))
+					if err != nil {
+						t.Error(err)
+						continue
+					}
+					checkHandle(t, h, pattern(i, size))
+					h.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	checkInvariants(t, c)
+}

@@ -1,0 +1,223 @@
+package tier
+
+import (
+	"fmt"
+	"runtime/debug"
+	"unsafe"
+)
+
+// defaultWarmEntries bounds the warm set (Cache.entries) that trimWarmLocked
+// keeps when it can freeze: 65,536 entries is ~20 MB of heap, and more than
+// the objects a node opens in the seconds between access-time flushes.
+var defaultWarmEntries = 1 << 16
+
+// warmSlack is how far past its bound (at least) the warm set may grow
+// before a flush is asked for.
+const warmSlack = 4096
+
+// entryLocked returns the live base entry of index key key, thawing it if
+// it is frozen, or nil. A thawed entry goes into the warm LRU where its
+// last use places it; it stays warm until trimWarmLocked freezes it again,
+// which callers run only at points where they hold no *entry that could be
+// frozen (see freezableLocked).
+func (c *Cache) entryLocked(key string) *entry {
+	if e := c.entries[key]; e != nil {
+		return e
+	}
+	if c.cold == nil || c.cold.len() == 0 {
+		return nil
+	}
+	pos, ok := c.cold.findString(key)
+	if !ok {
+		return nil
+	}
+	e := c.thawLocked(pos)
+	c.base.linkByAccessLocked([]*entry{e})
+	return e
+}
+
+// currentLocked returns the entry that now stands for e, which the caller
+// held across an unlock of mu: e itself, or the thawed entry of e's
+// generation if e was frozen meanwhile (nil if it has left the cache).
+func (c *Cache) currentLocked(e *entry) *entry {
+	if e.state != frozen {
+		return e
+	}
+	if n := c.entryLocked(e.key); n != nil && n.rec.gen == e.rec.gen {
+		return n
+	}
+	return nil
+}
+
+// thawLocked turns the cold record at pos back into a live base entry, in
+// Cache.entries but not yet in the LRU: the caller links it.
+func (c *Cache) thawLocked(pos uint64) *entry {
+	_, k, v := c.cold.parse(pos)
+	key := string(k)
+	r, err := decodeRecord(v)
+	if err != nil { // it was encoded by freezeLocked
+		panic(fmt.Sprintf("tier: cold record of %q: %v", key, err))
+	}
+	c.cold.remove(pos)
+	bucket, name, _ := splitKey(key)
+	seg := c.segs.get(r.seg)
+	if seg == nil { // cannot be (its objects keep it); if it were, Open finds the file wrong and drops the entry
+		seg = &segment{num: r.seg, path: segPath(c.segs.dir, r.seg), sealed: true}
+	}
+	e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), seg: seg, ident: fileIdent{ino: seg.ino},
+		rec: r, state: live}
+	c.entries[key] = e
+	c.byID[e.id] = e
+	return e
+}
+
+// freezableLocked reports whether live base entry e can be frozen: packed,
+// at rest (no handle, pin, hot copy, promotion, doom or unwritten change)
+// and in the LRU. Whoever may still use an entry keeps one of these.
+func (c *Cache) freezableLocked(e *entry) bool {
+	return e.state == live && e.seg != nil && e.owner == nil && e.hot == nil && !e.rec.inShm &&
+		!e.rec.pinned && e.refs == 0 && !e.dirty && !e.promoting && !e.doomed && e.keep == 0 && e.linked()
+}
+
+// freezeLocked moves freezable entry e into the cold set. Its accounting
+// (the store's used blocks and copies, the segment's objects) is
+// unchanged: a frozen entry is still a cached object.
+func (c *Cache) freezeLocked(e *entry) bool {
+	var buf [256]byte
+	val := appendRecord(buf[:0], e.rec)
+	key := unsafe.Slice(unsafe.StringData(e.key), len(e.key))
+	if !fits(key, val) {
+		return false
+	}
+	if _, err := c.cold.add(key, val); err != nil {
+		c.cfg.log.Warn("tier: cannot freeze an entry; the warm set grows", "err", err)
+		return false
+	}
+	delete(c.entries, e.key)
+	if c.byID[e.id] == e {
+		delete(c.byID, e.id)
+	}
+	c.base.lru.remove(e)
+	e.markStaleLocked()
+	e.state = frozen
+	return true
+}
+
+// trimLook bounds the entries one trimWarmLocked looks at, so that a warm
+// set whose tail cannot freeze yet costs every caller little.
+const trimLook = 256
+
+// trimWarmLocked freezes the least recently used freezable entries until
+// the warm set is within its bound, looking at no more than trimLook
+// entries (those in use stay warm and are passed over). Entries used since
+// the last flush cannot freeze until the flusher has written them: when
+// they keep the warm set more than warmSlack over its bound, it asks the
+// flusher for a flush now (which trims again). It compacts the cold set
+// when dead records outweigh live ones.
+func (c *Cache) trimWarmLocked() {
+	if c.cold == nil {
+		return
+	}
+	over := len(c.entries) - c.cfg.warmEntries
+	for e, looked := c.base.lru.back(), 0; e != nil && over > 0 && looked < trimLook; looked++ {
+		prev := c.base.lru.prev(e)
+		if c.freezableLocked(e) && c.freezeLocked(e) {
+			over--
+		}
+		e = prev
+	}
+	if over > max(c.cfg.warmEntries/2, warmSlack) {
+		select {
+		case c.flushNow <- struct{}{}:
+		default:
+		}
+	}
+	if c.cold.needsCompaction() {
+		if err := c.cold.compact(nil); err != nil {
+			c.cfg.log.Warn("tier: compact the cold index", "err", err)
+		}
+	}
+}
+
+// thawOldLocked thaws the least recently used cold entries, up to need
+// bytes of blocks, into the warm LRU, so that eviction, which walks the
+// warm LRU from its tail, sees the oldest objects of both sets.
+func (c *Cache) thawOldLocked(need int64) {
+	if c.cold == nil {
+		return
+	}
+	var es []*entry
+	for got := int64(0); got < need; {
+		pos, ok := c.cold.oldest()
+		if !ok {
+			break
+		}
+		e := c.thawLocked(pos)
+		es = append(es, e)
+		got += e.rec.blocks
+	}
+	c.base.linkByAccessLocked(es)
+}
+
+// coldEachLocked calls fn with the key and record of every frozen entry of
+// bucket under prefix, without thawing them; fn must not change the cache.
+func (c *Cache) coldEachLocked(bucket, prefix string, fn func(key string, r record)) {
+	if c.cold == nil {
+		return
+	}
+	kp := indexKey(bucket, prefix)
+	c.cold.each(func(_ uint64, k, v []byte) bool {
+		if len(k) >= len(kp) && string(k[:len(kp)]) == kp {
+			if r, err := decodeRecord(v); err == nil {
+				fn(string(k), r)
+			}
+		}
+		return true
+	})
+}
+
+// coldKeysLocked returns the keys of the frozen entries of bucket under
+// prefix (every one when bucket is "").
+func (c *Cache) coldKeysLocked(bucket, prefix string) []string {
+	var keys []string
+	if c.cold == nil {
+		return nil
+	}
+	if bucket == "" {
+		c.cold.each(func(_ uint64, k, _ []byte) bool {
+			keys = append(keys, string(k))
+			return true
+		})
+		return keys
+	}
+	c.coldEachLocked(bucket, prefix, func(key string, _ record) { keys = append(keys, key) })
+	return keys
+}
+
+// settleAbove is the number of records above which Open settles its memory
+// after loading the index (see settle).
+const settleAbove = 100_000
+
+// settle gives back, after a large index was loaded, the memory the load
+// used and no longer needs: the index is reopened, which unmaps the table
+// pages the scan touched (hundreds of MB of resident file pages at a
+// million records, never read again: lookups are in memory), and the
+// start-up's garbage is collected and returned to the system.
+func (c *Cache) settle() error {
+	if c.base.copies < settleAbove {
+		return nil
+	}
+	dir := c.base.lay.index
+	if err := c.idx.close(); err != nil {
+		c.cold.release()
+		return err
+	}
+	idx, err := openIndex(dir, c.cfg.log)
+	if err != nil {
+		c.cold.release()
+		return err
+	}
+	c.idx = idx
+	debug.FreeOSMemory()
+	return nil
+}
