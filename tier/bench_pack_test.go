@@ -59,7 +59,8 @@ func seedPacked(tb testing.TB, dir string, n int, size int64) {
 
 // BenchmarkReopenPacked measures a restart with an ImageNet-sized cache of
 // packed objects (1.28 M of 110 KB by default; $TIER_REOPEN_OBJECTS sets
-// another count): Open's time in this process, and in a fresh one its time,
+// another count; $TIER_REOPEN_KEEP names a directory to leave it in): Open's
+// time in this process, and in a fresh one its time,
 // RSS and peak RSS after Open. Nothing is downloaded.
 func BenchmarkReopenPacked(b *testing.B) {
 	n := 1_281_167
@@ -67,6 +68,9 @@ func BenchmarkReopenPacked(b *testing.B) {
 		n = v
 	}
 	dir := b.TempDir()
+	if keep := os.Getenv("TIER_REOPEN_KEEP"); keep != "" { // leave the cache there, e.g. for a daemon to open
+		dir = keep
+	}
 	seedPacked(b, dir, n, 110_000)
 	env := newDirEnv(b)
 	cfg := env.config(dir, 1<<50) // room for the objects, which the sparse segments do not occupy
