@@ -148,10 +148,8 @@ func BenchmarkThaw(b *testing.B) {
 			if e == nil || !c.freezableLocked(e) || !c.freezeLocked(e) {
 				b.Fatal("cannot freeze")
 			}
-			if c.cold.needsCompaction() {
-				if err := c.cold.compact(nil); err != nil {
-					b.Fatal(err)
-				}
+			if err := c.cold.tidy(); err != nil {
+				b.Fatal(err)
 			}
 			i++
 		}

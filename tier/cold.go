@@ -15,25 +15,33 @@ import (
 // only the entries in use are kept as *entry (the warm set: Cache.entries,
 // bounded by settings.warmEntries); packed base entries at rest (no handle,
 // no pin, no hot copy, nothing unwritten) are frozen into a coldSet: their
-// key and index record in an arena outside the Go heap, ~90 bytes each, and
-// a 4-byte slot of a hash table. A use thaws an entry back (a lookup, a
-// decode and one allocation); the warm set's least recently used entries
-// are frozen again as it grows past its bound.
+// key and index record in an arena outside the Go heap, ~100 bytes each, a
+// 4-byte slot of a hash table and a 4-byte slot of the order list. A use
+// thaws an entry back (a lookup, a decode and one allocation); the warm
+// set's least recently used entries are frozen again as it grows past its
+// bound (see freeze.go).
 //
-// The arena is appended to in the order entries are frozen, which is their
-// order of last use (the warm LRU's tail is frozen first, and start-up
-// freezes by last access), so its oldest live record is the cold set's
-// least recently used entry: eviction thaws from there (see thawOldLocked).
+// The order list holds the records in the order they were frozen, which
+// is their order of last use (the warm LRU's tail is frozen first, and
+// start-up orders them by last access): its first live slot is the cold
+// set's least recently used entry, where eviction thaws from. Because the
+// order is kept apart from where records lie, the arena is compacted a
+// chunk at a time (tidy): a chunk mostly dead has its live records moved
+// to the chunk being filled and is unmapped, so the arena stays within a
+// third of its contents and never needs a second copy of itself.
 
-// coldChunkShift sizes the arena's chunks (1 MiB): mapped one at a time as
-// the arena grows, so its resident size follows its contents.
+// coldChunkShift sizes the arena's chunks (1 MiB), mapped as needed.
 const coldChunkShift = 20
 
 const coldChunk = 1 << coldChunkShift
 
 // coldHeader is the size of a record's header: kind, record length, key
-// length and the key's hash.
-const coldHeader = 8
+// length, the key's hash, and the record's slot in the order list.
+const coldHeader = 12
+
+// coldAlign is the alignment of records: table and order slots hold a
+// record's position divided by it (plus one), so 32 bits address 16 GiB.
+const coldAlign = 4
 
 // Record kinds; 0 (a chunk's unused tail) ends a chunk's records.
 const (
@@ -41,30 +49,41 @@ const (
 	coldDead = 2
 )
 
-// coldSet is a set of frozen entries: key → index record, in freezing
-// order. Not safe for concurrent use (the Cache guards it with mu). Its
-// memory is mapped outside the Go heap and returned by release.
+// coldSet is a set of frozen entries: key → encoded index record, in
+// freezing order. Not safe for concurrent use (the Cache guards it with
+// mu). Its arena is mapped outside the Go heap and returned by release.
 type coldSet struct {
 	seed   maphash.Seed
-	chunks [][]byte // mmapped, coldChunk bytes each
-	end    uint64   // where the next record goes
-	head   uint64   // no live record is before it
-	// table maps hash(key)&mask to pos/8+1 (0: empty), linear probing,
-	// deletion by backward shift (no tombstones).
+	chunks [][]byte // mmapped coldChunk bytes each; nil once freed
+	live   []int    // bytes of live records in each chunk
+	free   []int    // freed chunk numbers, for reuse
+	cur    int      // the chunk being appended to (-1: none yet)
+	end    int      // where in it the next record goes
+	// sparse lists chunks that fell below a quarter live (tidy compacts
+	// them); inSparse marks them.
+	sparse   []int
+	inSparse map[int]bool
+	// table maps hash(key)&mask to a record's slot value (0: empty);
+	// linear probing, deletion by backward shift (no tombstones).
 	table []uint32
 	mask  uint32
-	n     int    // live records
-	live  uint64 // bytes of live records
-	dead  uint64 // bytes of dead records (compaction reclaims them)
+	// order holds the slot values of the records in freezing order; 0 is a
+	// record removed since. head is the first slot that may be live.
+	order []uint32
+	head  int
+	stale int // zero slots in order
+	n     int // live records
 }
 
 // newColdSet returns an empty cold set.
 func newColdSet() *coldSet {
-	cs := &coldSet{seed: maphash.MakeSeed()}
-	cs.table = make([]uint32, 1024)
-	cs.mask = 1023
-	return cs
+	return &coldSet{seed: maphash.MakeSeed(), cur: -1, table: make([]uint32, 1024), mask: 1023,
+		inSparse: make(map[int]bool)}
 }
+
+// slotOf and posOf convert between arena positions and slot values.
+func slotOf(pos uint64) uint32 { return uint32(pos/coldAlign) + 1 }
+func posOf(slot uint32) uint64 { return uint64(slot-1) * coldAlign }
 
 // len returns the number of live records.
 func (cs *coldSet) len() int { return cs.n }
@@ -85,83 +104,102 @@ func (cs *coldSet) parse(pos uint64) (kind byte, key, val []byte) {
 	return b[0], b[coldHeader : coldHeader+kl], b[coldHeader+kl : coldHeader+kl+vl]
 }
 
-// size returns the bytes the record at pos takes, padding included.
-func (cs *coldSet) size(pos uint64) uint64 {
+// recSize returns the bytes a record of key and value lengths takes.
+func recSize(kl, vl int) int { return (coldHeader + kl + vl + coldAlign - 1) &^ (coldAlign - 1) }
+
+// size returns the bytes the record at pos takes.
+func (cs *coldSet) size(pos uint64) int {
 	b := cs.rec(pos)
-	return roundUp8(coldHeader + uint64(binary.LittleEndian.Uint16(b[2:4])) + uint64(b[1]))
-}
-
-func roundUp8(n uint64) uint64 { return (n + 7) &^ 7 }
-
-// next returns the position of the record after the one at pos (or of the
-// next chunk's first), and false at the end of the arena.
-func (cs *coldSet) next(pos uint64) (uint64, bool) {
-	pos += cs.size(pos)
-	if pos >= cs.end {
-		return cs.end, false
-	}
-	if pos&(coldChunk-1) > coldChunk-coldHeader || cs.rec(pos)[0] == 0 {
-		pos = (pos>>coldChunkShift + 1) << coldChunkShift
-	}
-	return pos, pos < cs.end
+	return recSize(int(binary.LittleEndian.Uint16(b[2:4])), int(b[1]))
 }
 
 // fits reports whether an entry of key and encoded record val can be frozen.
 func fits(key, val []byte) bool {
-	return len(key) <= 0xffff && len(val) <= 0xff && coldHeader+len(key)+len(val) <= coldChunk
+	return len(key) <= 0xffff && len(val) <= 0xff && recSize(len(key), len(val)) <= coldChunk
 }
 
-// add appends a live record of key (not in the set) and encoded record val,
-// which must fit (see fits), and returns its position.
-func (cs *coldSet) add(key, val []byte) (uint64, error) {
-	n := roundUp8(coldHeader + uint64(len(key)) + uint64(len(val)))
-	if cs.end&(coldChunk-1)+n > coldChunk {
-		cs.end = (cs.end>>coldChunkShift + 1) << coldChunkShift
-	}
-	if int(cs.end>>coldChunkShift) == len(cs.chunks) {
+// place returns the position for n more bytes, starting a chunk (a freed
+// one if any) when the current one is full.
+func (cs *coldSet) place(n int) (uint64, error) {
+	if cs.cur < 0 || cs.end+n > coldChunk {
 		m, err := unix.Mmap(-1, 0, coldChunk, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			return 0, fmt.Errorf("tier: map the cold index: %w", err)
 		}
-		cs.chunks = append(cs.chunks, m)
+		if k := len(cs.free); k > 0 {
+			cs.cur, cs.free = cs.free[k-1], cs.free[:k-1]
+			cs.chunks[cs.cur] = m
+		} else {
+			cs.cur = len(cs.chunks)
+			cs.chunks, cs.live = append(cs.chunks, m), append(cs.live, 0)
+		}
+		cs.end = 0
 	}
-	pos := cs.end
+	pos := uint64(cs.cur)<<coldChunkShift | uint64(cs.end)
+	cs.end += n
+	cs.live[cs.cur] += n
+	return pos, nil
+}
+
+// add appends a live record of key (not in the set) and encoded record val,
+// which must fit (see fits), as the newest, and returns its position.
+func (cs *coldSet) add(key, val []byte) (uint64, error) {
+	n := recSize(len(key), len(val))
+	pos, err := cs.place(n)
+	if err != nil {
+		return 0, err
+	}
 	b := cs.rec(pos)
 	h := cs.hash(key)
 	b[0], b[1] = coldLive, byte(len(val))
 	binary.LittleEndian.PutUint16(b[2:4], uint16(len(key)))
 	binary.LittleEndian.PutUint32(b[4:8], h)
+	binary.LittleEndian.PutUint32(b[8:12], uint32(len(cs.order)))
 	copy(b[coldHeader:], key)
 	copy(b[coldHeader+len(key):], val)
-	cs.end += n
+	cs.order = append(cs.order, slotOf(pos))
 	cs.n++
-	cs.live += n
 	if uint64(cs.n)*4 > uint64(len(cs.table))*3 {
 		cs.rehash(len(cs.table) * 2)
 	} else {
-		cs.insert(h, pos)
+		cs.insert(h, slotOf(pos))
 	}
 	return pos, nil
 }
 
-// insert puts pos, whose key hashes to h, into the table.
-func (cs *coldSet) insert(h uint32, pos uint64) {
+// insert puts slot, whose key hashes to h, into the table.
+func (cs *coldSet) insert(h, slot uint32) {
 	for i := h & cs.mask; ; i = (i + 1) & cs.mask {
 		if cs.table[i] == 0 {
-			cs.table[i] = uint32(pos>>3) + 1
+			cs.table[i] = slot
 			return
 		}
 	}
+}
+
+// hashAt returns the stored hash of the record in slot.
+func (cs *coldSet) hashAt(slot uint32) uint32 {
+	return binary.LittleEndian.Uint32(cs.rec(posOf(slot))[4:8])
 }
 
 // rehash rebuilds the table with size slots from the live records.
 func (cs *coldSet) rehash(size int) {
 	cs.table = make([]uint32, size)
 	cs.mask = uint32(size - 1)
-	cs.each(func(pos uint64, _, _ []byte) bool {
-		cs.insert(binary.LittleEndian.Uint32(cs.rec(pos)[4:8]), pos)
-		return true
-	})
+	for _, slot := range cs.order[cs.head:] {
+		if slot != 0 {
+			cs.insert(cs.hashAt(slot), slot)
+		}
+	}
+}
+
+// tableIndex returns the table index holding slot.
+func (cs *coldSet) tableIndex(slot uint32) uint32 {
+	i := cs.hashAt(slot) & cs.mask
+	for cs.table[i] != slot {
+		i = (i + 1) & cs.mask
+	}
+	return i
 }
 
 // find returns the position of key's live record.
@@ -171,13 +209,12 @@ func (cs *coldSet) find(key []byte) (uint64, bool) {
 	}
 	h := cs.hash(key)
 	for i := h & cs.mask; cs.table[i] != 0; i = (i + 1) & cs.mask {
-		pos := uint64(cs.table[i]-1) << 3
-		b := cs.rec(pos)
-		if binary.LittleEndian.Uint32(b[4:8]) != h {
+		slot := cs.table[i]
+		if cs.hashAt(slot) != h {
 			continue
 		}
-		if _, k, _ := cs.parse(pos); string(k) == string(key) {
-			return pos, true
+		if _, k, _ := cs.parse(posOf(slot)); string(k) == string(key) {
+			return posOf(slot), true
 		}
 	}
 	return 0, false
@@ -188,93 +225,135 @@ func (cs *coldSet) findString(key string) (uint64, bool) {
 	return cs.find(unsafe.Slice(unsafe.StringData(key), len(key)))
 }
 
-// remove marks the live record at pos dead and takes it out of the table.
+// remove marks the live record at pos dead and takes it out of the table
+// and the order. Nothing moves: positions held by the caller stay valid
+// until the next tidy.
 func (cs *coldSet) remove(pos uint64) {
 	b := cs.rec(pos)
 	b[0] = coldDead
-	sz := cs.size(pos)
 	cs.n--
-	cs.live -= sz
-	cs.dead += sz
-	// Find its slot, then shift back the run after it.
-	slot := uint32(pos>>3) + 1
-	i := binary.LittleEndian.Uint32(b[4:8]) & cs.mask
-	for cs.table[i] != slot {
-		i = (i + 1) & cs.mask
+	cs.order[binary.LittleEndian.Uint32(b[8:12])] = 0
+	cs.stale++
+	chunk := int(pos >> coldChunkShift)
+	if cs.live[chunk] -= cs.size(pos); cs.live[chunk] < coldChunk/4 && !cs.inSparse[chunk] {
+		cs.inSparse[chunk] = true
+		cs.sparse = append(cs.sparse, chunk)
 	}
+	// Shift back the run after the record's table slot.
+	i := cs.tableIndex(slotOf(pos))
 	for j := (i + 1) & cs.mask; cs.table[j] != 0; j = (j + 1) & cs.mask {
-		home := binary.LittleEndian.Uint32(cs.rec(uint64(cs.table[j]-1) << 3)[4:8]) & cs.mask
-		// The entry at j may move to i if its home is not in (i, j].
+		home := cs.hashAt(cs.table[j]) & cs.mask
+		// The slot at j may move to i if its home is not in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			cs.table[i] = cs.table[j]
 			i = j
 		}
 	}
 	cs.table[i] = 0
-	for cs.head < cs.end && cs.rec(cs.head)[0] != coldLive {
-		var ok bool
-		if cs.head, ok = cs.next(cs.head); !ok {
-			break
-		}
-	}
 }
 
-// each calls fn with the live records in arena order (oldest first) until
-// fn returns false. fn must not change the set.
+// each calls fn with the live records in order (oldest first) until fn
+// returns false. fn must not change the set.
 func (cs *coldSet) each(fn func(pos uint64, key, val []byte) bool) {
-	for pos, ok := cs.head, cs.head < cs.end; ok; pos, ok = cs.next(pos) {
-		if kind, k, v := cs.parse(pos); kind == coldLive && !fn(pos, k, v) {
+	for _, slot := range cs.order[cs.head:] {
+		if slot == 0 {
+			continue
+		}
+		if _, k, v := cs.parse(posOf(slot)); !fn(posOf(slot), k, v) {
 			return
 		}
 	}
 }
 
-// oldest returns the position of the first live record.
+// oldest returns the position of the oldest live record.
 func (cs *coldSet) oldest() (uint64, bool) {
-	if cs.n == 0 {
+	for cs.head < len(cs.order) && cs.order[cs.head] == 0 {
+		cs.head++
+		cs.stale--
+	}
+	if cs.head == len(cs.order) {
 		return 0, false
 	}
-	return cs.head, true
+	return posOf(cs.order[cs.head]), true
 }
 
-// needsCompaction reports whether dead records take more than the live
-// ones (and at least a few chunks).
-func (cs *coldSet) needsCompaction() bool {
-	return cs.dead > cs.live && cs.dead >= 4*coldChunk
-}
-
-// compact rewrites the live records into a fresh arena, in the order of
-// positions if given (each live record exactly once) or in arena order, and
-// unmaps the old one.
-func (cs *coldSet) compact(positions []uint64) error {
-	if positions == nil {
-		positions = make([]uint64, 0, cs.n)
-		cs.each(func(pos uint64, _, _ []byte) bool {
-			positions = append(positions, pos)
-			return true
-		})
+// reorder makes the n positions at(0), …, at(n-1) (each live record
+// exactly once) the order.
+func (cs *coldSet) reorder(n int, at func(i int) uint64) {
+	order := make([]uint32, n)
+	for i := range n {
+		pos := at(i)
+		order[i] = slotOf(pos)
+		binary.LittleEndian.PutUint32(cs.rec(pos)[8:12], uint32(i))
 	}
-	fresh := &coldSet{seed: cs.seed}
-	fresh.table = make([]uint32, len(cs.table))
-	fresh.mask = cs.mask
-	for _, pos := range positions {
-		_, k, v := cs.parse(pos)
-		if _, err := fresh.add(k, v); err != nil {
-			fresh.release()
-			return err
+	cs.order, cs.head, cs.stale = order, 0, 0
+}
+
+// tidy compacts the chunks that fell below a quarter live (their live
+// records move to the chunk being filled; the chunk is unmapped for reuse)
+// and the order list once it is half removed slots. Positions held by the
+// caller are invalid afterwards.
+func (cs *coldSet) tidy() error {
+	for i := 0; i < len(cs.sparse); {
+		chunk := cs.sparse[i]
+		if chunk == cs.cur { // compacted once it is no longer the chunk being filled
+			i++
+			continue
 		}
+		if cs.live[chunk] < coldChunk/4 {
+			if err := cs.evacuate(chunk); err != nil {
+				return err
+			}
+		}
+		delete(cs.inSparse, chunk)
+		cs.sparse[i] = cs.sparse[len(cs.sparse)-1]
+		cs.sparse = cs.sparse[:len(cs.sparse)-1]
 	}
-	cs.release()
-	*cs = *fresh
+	if cs.stale > 1024 && cs.stale*2 > len(cs.order) {
+		order := make([]uint32, 0, cs.n+cs.n/4)
+		for _, slot := range cs.order[cs.head:] {
+			if slot != 0 {
+				binary.LittleEndian.PutUint32(cs.rec(posOf(slot))[8:12], uint32(len(order)))
+				order = append(order, slot)
+			}
+		}
+		cs.order, cs.head, cs.stale = order, 0, 0
+	}
+	return nil
+}
+
+// evacuate moves the live records of chunk to the chunk being filled and
+// unmaps it.
+func (cs *coldSet) evacuate(chunk int) error {
+	m := cs.chunks[chunk]
+	for off := 0; off+coldHeader <= coldChunk && m[off] != 0; {
+		old := uint64(chunk)<<coldChunkShift | uint64(off)
+		n := cs.size(old)
+		if m[off] == coldLive {
+			pos, err := cs.place(n)
+			if err != nil {
+				return err
+			}
+			copy(cs.rec(pos)[:n], m[off:off+n])
+			cs.table[cs.tableIndex(slotOf(old))] = slotOf(pos)
+			cs.order[binary.LittleEndian.Uint32(m[off+8:off+12])] = slotOf(pos)
+		}
+		off += n
+	}
+	if err := unix.Munmap(m); err != nil {
+		return fmt.Errorf("tier: unmap a cold index chunk: %w", err)
+	}
+	cs.chunks[chunk], cs.live[chunk] = nil, 0
+	cs.free = append(cs.free, chunk)
 	return nil
 }
 
 // release unmaps the arena; the set is empty afterwards.
 func (cs *coldSet) release() {
 	for _, m := range cs.chunks {
-		_ = unix.Munmap(m) // only fails for a bad address
+		if m != nil {
+			_ = unix.Munmap(m) // only fails for a bad address
+		}
 	}
-	cs.chunks = nil
-	cs.end, cs.head, cs.n, cs.live, cs.dead = 0, 0, 0, 0, 0
-	clear(cs.table)
+	*cs = coldSet{seed: cs.seed, cur: -1, table: make([]uint32, 1024), mask: 1023, inSparse: make(map[int]bool)}
 }

@@ -21,8 +21,9 @@ func TestColdSetModel(t *testing.T) {
 	key := func(i int) string {
 		return fmt.Sprintf("bkt\x00%0*d", 1+i%300, i) // lengths up to 300 bytes
 	}
-	for step := range 60000 {
-		i := rng.IntN(5000)
+	evacuated := 0
+	for step := range 300000 {
+		i := rng.IntN(20000)
 		k := key(i)
 		switch op := rng.IntN(10); {
 		case op < 5:
@@ -51,14 +52,29 @@ func TestColdSetModel(t *testing.T) {
 				}
 			}
 		default:
-			if cs.needsCompaction() || rng.IntN(50) == 0 {
-				if err := cs.compact(nil); err != nil {
-					t.Fatal(err)
-				}
+			free := len(cs.free)
+			if err := cs.tidy(); err != nil {
+				t.Fatal(err)
 			}
+			evacuated += len(cs.free) - free
 		}
 		if cs.len() != len(model) {
 			t.Fatalf("step %d: len %d; want %d", step, cs.len(), len(model))
+		}
+	}
+	if evacuated == 0 {
+		t.Errorf("no chunk was evacuated: the test does not reach tidy's compaction")
+	}
+	if err := cs.tidy(); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range model {
+		pos, ok := cs.findString(k)
+		if !ok {
+			t.Fatalf("find(%q) after the run: not found", k)
+		}
+		if _, _, gv := cs.parse(pos); string(gv) != v {
+			t.Errorf("find(%q) after the run: %q; want %q", k, gv, v)
 		}
 	}
 	var got []string
@@ -82,11 +98,23 @@ func TestColdSetModel(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("records are not in the order they were added")
 	}
+	if live := cs.arenaLive(); live > 0 && len(cs.chunks)-len(cs.free) > 1 && live*3 < (len(cs.chunks)-len(cs.free)-1)*coldChunk {
+		t.Errorf("arena holds %d live bytes in %d mapped chunks; want at least a third live", live, len(cs.chunks)-len(cs.free))
+	}
 	if pos, ok := cs.oldest(); ok && len(want) > 0 {
 		if _, k, _ := cs.parse(pos); string(k) != want[0] {
 			t.Errorf("oldest is %q; want %q", k, want[0])
 		}
 	}
+}
+
+// arenaLive returns the live bytes in the arena.
+func (cs *coldSet) arenaLive() int {
+	n := 0
+	for _, l := range cs.live {
+		n += l
+	}
+	return n
 }
 
 // coldConfig is a packed config whose warm set holds at most n entries.

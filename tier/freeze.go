@@ -112,8 +112,8 @@ const trimLook = 256
 // entries (those in use stay warm and are passed over). Entries used since
 // the last flush cannot freeze until the flusher has written them: when
 // they keep the warm set more than warmSlack over its bound, it asks the
-// flusher for a flush now (which trims again). It compacts the cold set
-// when dead records outweigh live ones.
+// flusher for a flush now (which trims again). Then it tidies the cold set
+// (see coldSet.tidy).
 func (c *Cache) trimWarmLocked() {
 	if c.cold == nil {
 		return
@@ -132,10 +132,8 @@ func (c *Cache) trimWarmLocked() {
 		default:
 		}
 	}
-	if c.cold.needsCompaction() {
-		if err := c.cold.compact(nil); err != nil {
-			c.cfg.log.Warn("tier: compact the cold index", "err", err)
-		}
+	if err := c.cold.tidy(); err != nil {
+		c.cfg.log.Warn("tier: compact the cold index", "err", err)
 	}
 }
 

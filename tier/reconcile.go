@@ -239,12 +239,15 @@ func validKey(k []byte) bool {
 // adoptCold makes the cold records that reconcileSegments kept the cache's
 // cold set, least recently used first, and accounts for them.
 func (c *Cache) adoptCold(cold *coldSet, pk segmentReconcile) error {
-	slices.SortStableFunc(pk.cold, func(a, b coldAt) int { return cmp.Compare(a.access, b.access) })
-	pos := make([]uint64, len(pk.cold))
-	for i, ca := range pk.cold {
-		pos[i] = ca.pos
-	}
-	if err := cold.compact(pos); err != nil {
+	// By last access; records loaded in key order keep it on a tie.
+	slices.SortFunc(pk.cold, func(a, b packedRec) int {
+		if a.access != b.access {
+			return cmp.Compare(a.access, b.access)
+		}
+		return cmp.Compare(a.pos, b.pos)
+	})
+	cold.reorder(len(pk.cold), func(i int) uint64 { return pk.cold[i].pos })
+	if err := cold.tidy(); err != nil { // the chunks that dropped records left sparse
 		return err
 	}
 	c.mu.Lock()

@@ -13,27 +13,22 @@ import (
 
 // segmentReconcile is what reconcileSegments found and did.
 type segmentReconcile struct {
-	adopt    []found  // warm packed objects whose bytes are in place
-	cold     []coldAt // cold ones (in c.cold), with their last access
-	coldUsed int64    // the blocks of cold
-	drop     []string // keys of packed records whose segment is missing, short or overlapped
-	segments int      // segments kept
-	removed  int      // segment files removed: no record names an object in them
-	gaps     int      // regions freed that no record names (a group cut short by a crash, evictions not yet freed)
-}
-
-// coldAt is a cold record's position and last access, for sorting.
-type coldAt struct {
-	access int64
-	pos    uint64
+	adopt    []found     // warm packed objects whose bytes are in place
+	cold     []packedRec // cold ones (in c.cold), by segment and offset
+	coldUsed int64       // the blocks of cold
+	drop     []string    // keys of packed records whose segment is missing, short or overlapped
+	segments int         // segments kept
+	removed  int         // segment files removed: no record names an object in them
+	gaps     int         // regions freed that no record names (a group cut short by a crash, evictions not yet freed)
 }
 
 // packedRec is a packed record being checked: a warm entry's, or the cold
 // record at pos.
 type packedRec struct {
+	seg               uint64
 	off, size, access int64
-	e                 *entry // nil for a cold record
 	pos               uint64
+	e                 *entry // nil for a cold record
 }
 
 // reconcileSegments checks the packed records (warm entries, and the records
@@ -74,19 +69,33 @@ func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconc
 		next = max(next, num+1)
 	}
 	c.segs = newSegments(c.base.lay, c.base.bsize, next)
-	bySeg := make(map[uint64][]packedRec)
+	// One slice, sorted by segment and offset: a million records cost one
+	// allocation, not a map of growing slices.
+	recs := make([]packedRec, 0, len(packed)+cold.len())
 	for _, e := range packed {
-		bySeg[e.rec.seg] = append(bySeg[e.rec.seg], packedRec{off: e.rec.off, size: e.rec.size, e: e})
+		recs = append(recs, packedRec{seg: e.rec.seg, off: e.rec.off, size: e.rec.size, e: e})
 	}
 	cold.each(func(pos uint64, _, v []byte) bool {
 		rec, _ := decodeRecord(v) // loadIndex decoded it before
-		bySeg[rec.seg] = append(bySeg[rec.seg], packedRec{off: rec.off, size: rec.size, access: rec.access, pos: pos})
+		recs = append(recs, packedRec{seg: rec.seg, off: rec.off, size: rec.size, access: rec.access, pos: pos})
 		return true
 	})
-	r.cold = make([]coldAt, 0, cold.len())
-	for num, ps := range bySeg {
+	slices.SortFunc(recs, func(a, b packedRec) int {
+		if a.seg != b.seg {
+			return cmp.Compare(a.seg, b.seg)
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	r.cold = recs[:0] // the kept cold records, written over the slice as it is read
+	for len(recs) > 0 {
+		num := recs[0].seg
+		k := 1
+		for k < len(recs) && recs[k].seg == num {
+			k++
+		}
+		ps := recs[:k]
+		recs = recs[k:]
 		seg := files[num]
-		slices.SortFunc(ps, func(a, b packedRec) int { return cmp.Compare(a.off, b.off) })
 		var end int64 // of the last region kept
 		var kept []region
 		for _, p := range ps {
@@ -108,7 +117,7 @@ func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconc
 				p.e.seg = seg
 				r.adopt = append(r.adopt, found{e: p.e, blocks: n, ident: fileIdent{ino: seg.ino}})
 			} else { // loadIndex froze only records whose blocks are n
-				r.cold = append(r.cold, coldAt{access: p.access, pos: p.pos})
+				r.cold = append(r.cold, p)
 				r.coldUsed += n
 			}
 		}
