@@ -79,9 +79,10 @@ type Cache struct {
 	nextCancel uint64
 	entries    map[string]*entry // live base entries by index key: the warm set
 	byID       map[fileID]*entry // the same, by file id (for the watcher)
-	// cold holds the live base entries frozen at rest (see freeze.go);
-	// nil before reconcile and after Close.
-	cold      *coldSet
+	// cold and pinnedCold hold the live base entries frozen at rest,
+	// unpinned and pinned (see freeze.go); both nil before reconcile and
+	// after Close.
+	cold, pinnedCold *coldSet
 	urgencies map[fileID]*sharedUrgency // urgency of each fill, shared by its waiters
 	// dirty lists the entries marked dirty since the last flush (see
 	// markDirtyLocked), so that a flush costs O(changes), not a walk of
@@ -186,13 +187,7 @@ func (c *Cache) Close() error {
 	c.bg.Wait()
 	c.segs.closeActive()
 	ferr := c.flushAccess()
-	c.mu.Lock()
-	cold := c.cold
-	c.cold = nil // Lookup and friends may still run: they find no cold entries
-	c.mu.Unlock()
-	if cold != nil {
-		cold.release()
-	}
+	c.releaseCold()
 	c.idxMu.Lock()
 	c.idxClosed = true
 	ierr := c.idx.close()

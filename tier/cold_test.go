@@ -128,10 +128,11 @@ func (e *dirEnv) coldConfig(dir string, maxBytes int64, n int) Config {
 func coldLen(c *Cache) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cold == nil {
-		return 0
+	n := 0
+	for _, cs := range c.coldSets() {
+		n += cs.len()
 	}
-	return c.cold.len()
+	return n
 }
 
 // TestFrozenEntriesServeAndRestart fills packed objects into a cache whose
@@ -234,7 +235,7 @@ func TestFrozenEvictionOrder(t *testing.T) {
 	checkInvariants(t, c)
 }
 
-// TestFrozenConcurrentUse opens, evicts, pins and verifies packed objects
+// TestFrozenConcurrentUse opens, evicts, pins, unpins and verifies packed objects
 // from many goroutines with a warm set of 1, so that entries freeze and
 // thaw under every operation; every read is exact and the accounting holds.
 // Run with -race.
@@ -244,7 +245,7 @@ func TestFrozenConcurrentUse(t *testing.T) {
 	for i := range n {
 		env.put(t, "bkt", fmt.Sprintf("c%02d", i), pattern(i, size))
 	}
-	c := openCache(t, env.coldConfig(t.TempDir(), 25*size, 1))
+	c := openCache(t, env.coldConfig(t.TempDir(), 30*size, 1)) // pins (even objects only) leave room for 10 more
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	for w := range 6 {
@@ -262,6 +263,17 @@ func TestFrozenConcurrentUse(t *testing.T) {
 					}
 				case 2:
 					c.flushAccess()
+				case 3:
+					if i%2 == 1 {
+						continue
+					}
+					if _, err := c.Pin(ctx, "bkt", name); err != nil {
+						t.Error(err)
+					}
+				case 4:
+					if _, err := c.Unpin(ctx, "bkt", name); err != nil {
+						t.Error(err)
+					}
 				default:
 					h, err := c.Open(ctx, obj("bkt", name))
 					if err != nil {
@@ -276,4 +288,76 @@ func TestFrozenConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 	checkInvariants(t, c)
+}
+
+// TestFrozenPinned pins packed objects in a cache whose warm set holds 2:
+// pinned entries freeze too (into the pinned cold set), eviction under
+// pressure never takes them, a restart adopts them frozen and pinned, and
+// Unpin makes them evictable again.
+func TestFrozenPinned(t *testing.T) {
+	env := newDirEnv(t)
+	const size = 64 << 10
+	put := func(prefix string, n int) {
+		for i := range n {
+			env.put(t, "bkt", fmt.Sprintf("%s/%02d", prefix, i), pattern(i, size))
+		}
+	}
+	put("pin", 10)
+	put("free", 30)
+	dir := t.TempDir()
+	ctx := context.Background()
+	readAllOf := func(c *Cache, prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			openRead(t, c, obj("bkt", fmt.Sprintf("%s/%02d", prefix, i)), pattern(i, size))
+		}
+		if err := c.flushAccess(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pinnedFrozen := func(c *Cache) int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pinnedCold.len()
+	}
+	checkPinned := func(c *Cache) {
+		t.Helper()
+		for i := range 10 {
+			if en, ok := c.Lookup("bkt", fmt.Sprintf("pin/%02d", i)); !ok || !en.Pinned {
+				t.Errorf("pin/%02d: cached %v, pinned %v", i, ok, en.Pinned)
+			}
+		}
+		if st := c.Stats().Base(); st.PinnedBytes != 10*size {
+			t.Errorf("PinnedBytes = %d; want %d", st.PinnedBytes, 10*size)
+		}
+		checkInvariants(t, c)
+	}
+	c := openCache(t, env.coldConfig(dir, 20*size, 2))
+	readAllOf(c, "pin", 10)
+	if n, err := c.Pin(ctx, "bkt", "pin/"); err != nil || n != 10 {
+		t.Fatalf("Pin = %d, %v", n, err)
+	}
+	readAllOf(c, "free", 30) // twice the room left: the free objects evict each other
+	if got := pinnedFrozen(c); got < 8 {
+		t.Errorf("%d pinned entries frozen; want most of 10", got)
+	}
+	checkPinned(c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c2 := openCache(t, env.coldConfig(dir, 20*size, 2))
+	if got := pinnedFrozen(c2); got != 10 {
+		t.Errorf("%d pinned entries frozen after restart; want 10", got)
+	}
+	checkPinned(c2)
+	if n, err := c2.Unpin(ctx, "bkt", "pin/"); err != nil || n != 10 {
+		t.Fatalf("Unpin = %d, %v", n, err)
+	}
+	readAllOf(c2, "free", 30) // now newer than every pin/ object: those go first
+	for i := range 10 {
+		if _, ok := c2.Lookup("bkt", fmt.Sprintf("pin/%02d", i)); ok {
+			t.Errorf("pin/%02d is still cached after Unpin and a budget's worth of newer reads", i)
+		}
+	}
+	checkInvariants(t, c2)
 }

@@ -121,8 +121,8 @@ func checkIndexMatchesFiles(t *testing.T, c *Cache) {
 	for _, e := range c.entries {
 		want[rel(t, c.base.lay.root, e.path())] = true // a packed object's: its segment
 	}
-	if c.cold != nil {
-		c.cold.each(func(_ uint64, _, v []byte) bool {
+	for _, cs := range c.coldSets() {
+		cs.each(func(_ uint64, _, v []byte) bool {
 			r, _ := decodeRecord(v)
 			want[rel(t, c.base.lay.root, c.segs.get(r.seg).path)] = true
 			return true

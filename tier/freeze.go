@@ -24,16 +24,26 @@ func (c *Cache) entryLocked(key string) *entry {
 	if e := c.entries[key]; e != nil {
 		return e
 	}
-	if c.cold == nil || c.cold.len() == 0 {
+	for _, cs := range c.coldSets() {
+		if pos, ok := cs.findString(key); ok {
+			e := c.thawLocked(cs, pos)
+			if !e.rec.pinned { // pinned entries are not in the LRU
+				c.base.linkByAccessLocked([]*entry{e})
+			}
+			return e
+		}
+	}
+	return nil
+}
+
+// coldSets returns the cold sets: unpinned entries (in last-use order, for
+// eviction) and pinned ones (never evicted). None before start-up has
+// loaded them or after Close.
+func (c *Cache) coldSets() []*coldSet {
+	if c.cold == nil {
 		return nil
 	}
-	pos, ok := c.cold.findString(key)
-	if !ok {
-		return nil
-	}
-	e := c.thawLocked(pos)
-	c.base.linkByAccessLocked([]*entry{e})
-	return e
+	return []*coldSet{c.cold, c.pinnedCold}
 }
 
 // currentLocked returns the entry that now stands for e, which the caller
@@ -49,16 +59,17 @@ func (c *Cache) currentLocked(e *entry) *entry {
 	return nil
 }
 
-// thawLocked turns the cold record at pos back into a live base entry, in
-// Cache.entries but not yet in the LRU: the caller links it.
-func (c *Cache) thawLocked(pos uint64) *entry {
-	_, k, v := c.cold.parse(pos)
+// thawLocked turns the record at pos of cold set cs back into a live base
+// entry, in Cache.entries but not yet in the LRU: the caller links it
+// unless it is pinned.
+func (c *Cache) thawLocked(cs *coldSet, pos uint64) *entry {
+	_, k, v := cs.parse(pos)
 	key := string(k)
 	r, err := decodeRecord(v)
 	if err != nil { // it was encoded by freezeLocked
 		panic(fmt.Sprintf("tier: cold record of %q: %v", key, err))
 	}
-	c.cold.remove(pos)
+	cs.remove(pos)
 	bucket, name, _ := splitKey(key)
 	seg := c.segs.get(r.seg)
 	if seg == nil { // cannot be (its objects keep it); if it were, Open finds the file wrong and drops the entry
@@ -72,11 +83,12 @@ func (c *Cache) thawLocked(pos uint64) *entry {
 }
 
 // freezableLocked reports whether live base entry e can be frozen: packed,
-// at rest (no handle, pin, hot copy, promotion, doom or unwritten change)
-// and in the LRU. Whoever may still use an entry keeps one of these.
+// at rest (no handle, hot copy or hot pin, promotion, doom or unwritten
+// change), and in the LRU unless pinned. Whoever may still use an entry
+// keeps one of these.
 func (c *Cache) freezableLocked(e *entry) bool {
-	return e.state == live && e.seg != nil && e.owner == nil && e.hot == nil && !e.rec.inShm &&
-		!e.rec.pinned && e.refs == 0 && !e.dirty && !e.promoting && !e.doomed && e.keep == 0 && e.linked()
+	return e.state == live && e.seg != nil && e.owner == nil && e.hot == nil && !e.rec.inShm && !e.rec.hotPin &&
+		e.refs == 0 && !e.dirty && !e.promoting && !e.doomed && e.keep == 0 && (e.linked() || e.rec.pinned)
 }
 
 // freezeLocked moves freezable entry e into the cold set. Its accounting
@@ -89,7 +101,11 @@ func (c *Cache) freezeLocked(e *entry) bool {
 	if !fits(key, val) {
 		return false
 	}
-	if _, err := c.cold.add(key, val); err != nil {
+	cs := c.cold
+	if e.rec.pinned {
+		cs = c.pinnedCold
+	}
+	if _, err := cs.add(key, val); err != nil {
 		c.cfg.log.Warn("tier: cannot freeze an entry; the warm set grows", "err", err)
 		return false
 	}
@@ -97,7 +113,9 @@ func (c *Cache) freezeLocked(e *entry) bool {
 	if c.byID[e.id] == e {
 		delete(c.byID, e.id)
 	}
-	c.base.lru.remove(e)
+	if e.linked() {
+		c.base.lru.remove(e)
+	}
 	e.markStaleLocked()
 	e.state = frozen
 	return true
@@ -126,14 +144,28 @@ func (c *Cache) trimWarmLocked() {
 		}
 		e = prev
 	}
+	if over > 0 && c.base.pinnedBytes > 0 { // pinned entries are not in the LRU: look at some
+		looked := 0
+		for _, e := range c.entries {
+			if over == 0 || looked == trimLook {
+				break
+			}
+			looked++
+			if e.rec.pinned && c.freezableLocked(e) && c.freezeLocked(e) {
+				over--
+			}
+		}
+	}
 	if over > max(c.cfg.warmEntries/2, warmSlack) {
 		select {
 		case c.flushNow <- struct{}{}:
 		default:
 		}
 	}
-	if err := c.cold.tidy(); err != nil {
-		c.cfg.log.Warn("tier: compact the cold index", "err", err)
+	for _, cs := range c.coldSets() {
+		if err := cs.tidy(); err != nil {
+			c.cfg.log.Warn("tier: compact the cold index", "err", err)
+		}
 	}
 }
 
@@ -150,7 +182,7 @@ func (c *Cache) thawOldLocked(need int64) {
 		if !ok {
 			break
 		}
-		e := c.thawLocked(pos)
+		e := c.thawLocked(c.cold, pos)
 		es = append(es, e)
 		got += e.rec.blocks
 	}
@@ -160,32 +192,30 @@ func (c *Cache) thawOldLocked(need int64) {
 // coldEachLocked calls fn with the key and record of every frozen entry of
 // bucket under prefix, without thawing them; fn must not change the cache.
 func (c *Cache) coldEachLocked(bucket, prefix string, fn func(key string, r record)) {
-	if c.cold == nil {
-		return
-	}
 	kp := indexKey(bucket, prefix)
-	c.cold.each(func(_ uint64, k, v []byte) bool {
-		if len(k) >= len(kp) && string(k[:len(kp)]) == kp {
-			if r, err := decodeRecord(v); err == nil {
-				fn(string(k), r)
+	for _, cs := range c.coldSets() {
+		cs.each(func(_ uint64, k, v []byte) bool {
+			if len(k) >= len(kp) && string(k[:len(kp)]) == kp {
+				if r, err := decodeRecord(v); err == nil {
+					fn(string(k), r)
+				}
 			}
-		}
-		return true
-	})
+			return true
+		})
+	}
 }
 
 // coldKeysLocked returns the keys of the frozen entries of bucket under
 // prefix (every one when bucket is "").
 func (c *Cache) coldKeysLocked(bucket, prefix string) []string {
 	var keys []string
-	if c.cold == nil {
-		return nil
-	}
 	if bucket == "" {
-		c.cold.each(func(_ uint64, k, _ []byte) bool {
-			keys = append(keys, string(k))
-			return true
-		})
+		for _, cs := range c.coldSets() {
+			cs.each(func(_ uint64, k, _ []byte) bool {
+				keys = append(keys, string(k))
+				return true
+			})
+		}
 		return keys
 	}
 	c.coldEachLocked(bucket, prefix, func(key string, _ record) { keys = append(keys, key) })
@@ -207,15 +237,26 @@ func (c *Cache) settle() error {
 	}
 	dir := c.base.lay.index
 	if err := c.idx.close(); err != nil {
-		c.cold.release()
+		c.releaseCold()
 		return err
 	}
 	idx, err := openIndex(dir, c.cfg.log)
 	if err != nil {
-		c.cold.release()
+		c.releaseCold()
 		return err
 	}
 	c.idx = idx
 	debug.FreeOSMemory()
 	return nil
+}
+
+// releaseCold unmaps the cold sets and forgets them (Close, a failed Open).
+func (c *Cache) releaseCold() {
+	c.mu.Lock()
+	sets := c.coldSets()
+	c.cold, c.pinnedCold = nil, nil // Lookup and friends may still run: they find no cold entries
+	c.mu.Unlock()
+	for _, cs := range sets {
+		cs.release()
+	}
 }

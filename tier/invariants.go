@@ -78,19 +78,27 @@ func (c *Cache) checkStoreLocked(st *store, copies func(yield func(*entry) bool)
 			errs = append(errs, fmt.Errorf("%s copy %s: counted %v, pinned %v, in use %v", st.name, e.id, e.counted, isPinned, e.inUseLocked()))
 		}
 	}
-	if st == c.base && c.cold != nil { // frozen entries: live, unpinned, not in the LRU
-		c.cold.each(func(_ uint64, k, v []byte) bool {
+	for i, cs := range c.coldSets() { // frozen entries: live, not in the LRU
+		if st != c.base {
+			break
+		}
+		pinnedSet := i == 1
+		cs.each(func(_ uint64, k, v []byte) bool {
 			r, err := decodeRecord(v)
 			switch {
 			case err != nil:
 				errs = append(errs, fmt.Errorf("cold %q: %w", k, err))
 			case c.entries[string(k)] != nil:
 				errs = append(errs, fmt.Errorf("cold %q: warm too", k))
-			case !r.packed || r.pinned || r.inShm || c.segs.get(r.seg) == nil:
-				errs = append(errs, fmt.Errorf("cold %q: packed %v pinned %v inShm %v segment %d", k, r.packed, r.pinned, r.inShm, r.seg))
+			case !r.packed || r.pinned != pinnedSet || r.hotPin || r.inShm || c.segs.get(r.seg) == nil:
+				errs = append(errs, fmt.Errorf("cold %q: packed %v pinned %v (in the pinned set %v) hotPin %v inShm %v segment %d",
+					k, r.packed, r.pinned, pinnedSet, r.hotPin, r.inShm, r.seg))
 			}
 			n++
 			used += r.blocks
+			if r.pinned {
+				pinned += r.blocks
+			}
 			return true
 		})
 	}

@@ -10,11 +10,13 @@ import (
 func (c *Cache) Lookup(bucket, name string) (Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.cold != nil && c.entries[indexKey(bucket, name)] == nil {
-		if pos, ok := c.cold.findString(indexKey(bucket, name)); ok {
-			_, _, v := c.cold.parse(pos)
-			if r, err := decodeRecord(v); err == nil {
-				return c.coldSnapshotLocked(indexKey(bucket, name), r), true
+	if c.entries[indexKey(bucket, name)] == nil {
+		for _, cs := range c.coldSets() {
+			if pos, ok := cs.findString(indexKey(bucket, name)); ok {
+				_, _, v := cs.parse(pos)
+				if r, err := decodeRecord(v); err == nil {
+					return c.coldSnapshotLocked(indexKey(bucket, name), r), true
+				}
 			}
 		}
 	}
@@ -51,7 +53,7 @@ func (c *Cache) Entries(bucket, prefix string) []Entry {
 // thawing the frozen ones. It scans every entry.
 func (c *Cache) matchLocked(bucket, prefix string) []*entry {
 	out := c.warmMatchLocked(bucket, prefix)
-	if c.cold == nil || bucket == "" || strings.IndexByte(bucket, 0) >= 0 {
+	if bucket == "" || strings.IndexByte(bucket, 0) >= 0 {
 		return out
 	}
 	keys := c.coldKeysLocked(bucket, prefix)

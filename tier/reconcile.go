@@ -178,16 +178,33 @@ func (c *Cache) reconcileHot(ctx context.Context) (hotReconcile, error) {
 	return r, nil
 }
 
+// coldLoad is the cold sets start-up loads: unpinned and pinned records.
+type coldLoad struct{ unpinned, pinned *coldSet }
+
+// of returns the set for a record pinned or not.
+func (l coldLoad) of(pinned bool) *coldSet {
+	if pinned {
+		return l.pinned
+	}
+	return l.unpinned
+}
+
+// release unmaps both sets.
+func (l coldLoad) release() {
+	l.unpinned.release()
+	l.pinned.release()
+}
+
 // loadIndex reads every record: those with a file of their own into
-// entries keyed by file id; packed ones at rest (unpinned, not in shm, with
-// the blocks their size takes) into a cold set without making entries of
-// them, the other packed ones into entries in a list. bad lists the keys of
-// records that do not decode (or collide), to be dropped.
-func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, *coldSet, []string, error) {
+// entries keyed by file id; packed ones at rest (not in shm nor pinned hot,
+// with the blocks their size takes) into the cold sets without making
+// entries of them, the other packed ones into entries in a list. bad lists
+// the keys of records that do not decode (or collide), to be dropped.
+func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, coldLoad, []string, error) {
 	expected := make(map[fileID]*entry)
 	var packed []*entry
 	var bad []string
-	cold := newColdSet()
+	cold := coldLoad{newColdSet(), newColdSet()}
 	align := max(c.base.bsize, int64(os.Getpagesize()), pageSize) // as newSegments has it
 	var coldErr error
 	err := c.idx.scan(func(k, v []byte) {
@@ -195,11 +212,11 @@ func (c *Cache) loadIndex() (map[fileID]*entry, []*entry, *coldSet, []string, er
 		if c.hot == nil {
 			r.inShm = false // no shm tier now: any copy there is not ours to use
 		}
-		if err == nil && r.packed && !r.pinned && !r.inShm && r.blocks == roundUp(r.size, align) &&
+		if err == nil && r.packed && !r.hotPin && !r.inShm && r.blocks == roundUp(r.size, align) &&
 			coldErr == nil {
 			var buf [256]byte
 			if val := appendRecord(buf[:0], r); fits(k, val) && validKey(k) {
-				_, coldErr = cold.add(k, val)
+				_, coldErr = cold.of(r.pinned).add(k, val)
 				return
 			}
 		}
@@ -237,23 +254,37 @@ func validKey(k []byte) bool {
 }
 
 // adoptCold makes the cold records that reconcileSegments kept the cache's
-// cold set, least recently used first, and accounts for them.
-func (c *Cache) adoptCold(cold *coldSet, pk segmentReconcile) error {
-	// By last access; records loaded in key order keep it on a tie.
+// cold sets, the unpinned least recently used first, and accounts for them.
+func (c *Cache) adoptCold(cold coldLoad, pk segmentReconcile) error {
+	// Unpinned first, by last access; records loaded in key order keep it
+	// on a tie.
 	slices.SortFunc(pk.cold, func(a, b packedRec) int {
-		if a.access != b.access {
+		switch {
+		case a.pinned != b.pinned:
+			if a.pinned {
+				return 1
+			}
+			return -1
+		case a.access != b.access:
 			return cmp.Compare(a.access, b.access)
 		}
 		return cmp.Compare(a.pos, b.pos)
 	})
-	cold.reorder(len(pk.cold), func(i int) uint64 { return pk.cold[i].pos })
-	if err := cold.tidy(); err != nil { // the chunks that dropped records left sparse
-		return err
+	cold.unpinned.reorder(cold.unpinned.len(), func(i int) uint64 { return pk.cold[i].pos })
+	var pinnedBytes int64
+	for _, p := range pk.cold[cold.unpinned.len():] {
+		pinnedBytes += roundUp(p.size, c.segs.align)
+	}
+	for _, cs := range []*coldSet{cold.unpinned, cold.pinned} {
+		if err := cs.tidy(); err != nil { // the chunks that dropped records left sparse
+			return err
+		}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.cold = cold
+	c.cold, c.pinnedCold = cold.unpinned, cold.pinned
 	c.base.used += pk.coldUsed
+	c.base.pinnedBytes += pinnedBytes
 	c.base.copies += len(pk.cold)
 	return nil
 }

@@ -28,6 +28,7 @@ type packedRec struct {
 	seg               uint64
 	off, size, access int64
 	pos               uint64
+	pinned            bool   // a cold record's set
 	e                 *entry // nil for a cold record
 }
 
@@ -38,7 +39,7 @@ type packedRec struct {
 // of a segment that no record names (objects written but never committed
 // before a crash, objects evicted whose space was not yet freed) is punched
 // out. Every segment found is sealed: new objects go to a new one.
-func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconcile, error) {
+func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconcile, error) {
 	var r segmentReconcile
 	dir := c.base.lay.seg
 	des, err := os.ReadDir(dir)
@@ -71,15 +72,18 @@ func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconc
 	c.segs = newSegments(c.base.lay, c.base.bsize, next)
 	// One slice, sorted by segment and offset: a million records cost one
 	// allocation, not a map of growing slices.
-	recs := make([]packedRec, 0, len(packed)+cold.len())
+	recs := make([]packedRec, 0, len(packed)+cold.unpinned.len()+cold.pinned.len())
 	for _, e := range packed {
 		recs = append(recs, packedRec{seg: e.rec.seg, off: e.rec.off, size: e.rec.size, e: e})
 	}
-	cold.each(func(pos uint64, _, v []byte) bool {
-		rec, _ := decodeRecord(v) // loadIndex decoded it before
-		recs = append(recs, packedRec{seg: rec.seg, off: rec.off, size: rec.size, access: rec.access, pos: pos})
-		return true
-	})
+	for _, pinned := range []bool{false, true} {
+		cold.of(pinned).each(func(pos uint64, _, v []byte) bool {
+			rec, _ := decodeRecord(v) // loadIndex decoded it before
+			recs = append(recs, packedRec{seg: rec.seg, off: rec.off, size: rec.size, access: rec.access, pos: pos,
+				pinned: pinned})
+			return true
+		})
+	}
 	slices.SortFunc(recs, func(a, b packedRec) int {
 		if a.seg != b.seg {
 			return cmp.Compare(a.seg, b.seg)
@@ -104,9 +108,9 @@ func (c *Cache) reconcileSegments(packed []*entry, cold *coldSet) (segmentReconc
 				if p.e != nil {
 					r.drop = append(r.drop, p.e.key)
 				} else {
-					_, k, _ := cold.parse(p.pos)
+					_, k, _ := cold.of(p.pinned).parse(p.pos)
 					r.drop = append(r.drop, string(k))
-					cold.remove(p.pos)
+					cold.of(p.pinned).remove(p.pos)
 				}
 				continue
 			}

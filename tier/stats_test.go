@@ -18,8 +18,14 @@ import (
 // before): the base tier's and the shm tier's (zero without one).
 func recountLocked(c *Cache) (base, shm stats.Tier) {
 	base.Entries = int64(len(c.entries))
-	if c.cold != nil {
-		base.Entries += int64(c.cold.len()) // frozen: unpinned, not in use
+	for _, cs := range c.coldSets() { // frozen: not in use
+		base.Entries += int64(cs.len())
+		cs.each(func(_ uint64, _, v []byte) bool {
+			if r, _ := decodeRecord(v); r.pinned {
+				base.PinnedBytes += r.blocks
+			}
+			return true
+		})
 	}
 	for _, e := range c.entries {
 		switch {
