@@ -305,6 +305,8 @@ func TestFrozenPinned(t *testing.T) {
 	put("pin", 10)
 	put("free", 30)
 	dir := t.TempDir()
+	defer func(n int) { bulkBatch = n }(bulkBatch)
+	bulkBatch = 3 // Pin, Unpin and Evict go in several batches
 	ctx := context.Background()
 	readAllOf := func(c *Cache, prefix string, n int) {
 		t.Helper()
@@ -358,6 +360,13 @@ func TestFrozenPinned(t *testing.T) {
 		if _, ok := c2.Lookup("bkt", fmt.Sprintf("pin/%02d", i)); ok {
 			t.Errorf("pin/%02d is still cached after Unpin and a budget's worth of newer reads", i)
 		}
+	}
+	before := len(c2.Entries("bkt", "free/"))
+	if res, err := c2.Evict(ctx, "bkt", "free/"); err != nil || res.Evicted != before || before < 10 {
+		t.Errorf("Evict(free/) = %+v, %v; want %d evicted", res, err, before)
+	}
+	if n := len(c2.Entries("bkt", "")); n != 0 {
+		t.Errorf("%d entries left after evicting everything", n)
 	}
 	checkInvariants(t, c2)
 }

@@ -3,6 +3,7 @@ package tier
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // EvictResult is what Evict and Demote did.
@@ -32,21 +33,37 @@ func (c *Cache) Evict(ctx context.Context, bucket, prefix string) (EvictResult, 
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("tier: evict: %w", err)
 	}
+	c.mu.Lock()
+	keys := c.matchKeysLocked(bucket, prefix)
+	c.mu.Unlock()
+	for batch := range slices.Chunk(keys, bulkBatch) {
+		if err := c.evictBatch(batch, &res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// evictBatch evicts the entries of keys that are still cached, for Evict.
+func (c *Cache) evictBatch(keys []string, res *EvictResult) error {
 	c.idxMu.Lock()
 	if c.idxClosed {
 		c.idxMu.Unlock()
-		return res, ErrClosed
+		return ErrClosed
 	}
 	c.mu.Lock()
 	var victims, dead []*entry
-	for _, e := range c.matchLocked(bucket, prefix) {
-		if e.rec.pinned {
+	for _, k := range keys {
+		e := c.entryLocked(k)
+		switch {
+		case e == nil: // gone since the listing
+			continue
+		case e.rec.pinned:
 			res.Skipped++
 			continue
-		}
-		if e.inUseLocked() {
+		case e.inUseLocked():
 			res.Pending++
-		} else {
+		default:
 			res.Evicted++
 		}
 		victims = append(victims, e)
@@ -57,7 +74,7 @@ func (c *Cache) Evict(ctx context.Context, bucket, prefix string) (EvictResult, 
 	c.deleteRecords(victims)
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
-	return res, nil
+	return nil
 }
 
 // Demote drops the shm copies of every cached object of bucket whose name
@@ -81,7 +98,7 @@ func (c *Cache) Demote(ctx context.Context, bucket, prefix string) (EvictResult,
 	}
 	c.mu.Lock()
 	var dead []*entry
-	for _, e := range c.matchLocked(bucket, prefix) {
+	for _, e := range c.warmMatchLocked(bucket, prefix) { // frozen entries have no shm copy
 		switch {
 		case e.hot == nil:
 		case e.rec.hotPin:

@@ -63,6 +63,24 @@ func (c *Cache) matchLocked(bucket, prefix string) []*entry {
 	return out
 }
 
+// bulkBatch is how many entries a bulk operation (Evict, Pin, Unpin) thaws
+// and changes under one hold of mu: the heap holds a batch of thawed
+// entries at a time, not every match. Tests lower it.
+var bulkBatch = 4096
+
+// matchKeysLocked returns the index keys of the cached objects of bucket
+// under prefix, warm and frozen, in no order, without thawing any.
+func (c *Cache) matchKeysLocked(bucket, prefix string) []string {
+	if bucket == "" || strings.IndexByte(bucket, 0) >= 0 {
+		return nil
+	}
+	keys := c.coldKeysLocked(bucket, prefix)
+	for _, e := range c.warmMatchLocked(bucket, prefix) {
+		keys = append(keys, e.key)
+	}
+	return keys
+}
+
 // warmMatchLocked returns the warm entries of bucket under prefix.
 func (c *Cache) warmMatchLocked(bucket, prefix string) []*entry {
 	if bucket == "" || strings.IndexByte(bucket, 0) >= 0 {

@@ -3,6 +3,7 @@ package tier
 import (
 	"context"
 	"fmt"
+	"slices"
 )
 
 // Pin pins every cached object of bucket whose name starts with prefix:
@@ -37,7 +38,7 @@ func (c *Cache) PinHot(ctx context.Context, bucket, prefix string) (int, error) 
 		}
 		return c.Pin(ctx, bucket, prefix)
 	}
-	n, es, err := c.setPins(ctx, bucket, prefix, func(r *record) { r.pinned, r.hotPin = true, true })
+	n, keys, err := c.setPins(ctx, bucket, prefix, func(r *record) { r.pinned, r.hotPin = true, true })
 	if err != nil {
 		return n, err
 	}
@@ -47,22 +48,22 @@ func (c *Cache) PinHot(ctx context.Context, bucket, prefix string) (int, error) 
 	}
 	defer end()
 	c.mu.Lock()
-	var cold []*entry
-	for _, e := range es {
-		if e.state == live && e.hot == nil {
-			cold = append(cold, e)
+	var notHot []*entry // pinned hot: they stay warm
+	for _, k := range keys {
+		if e := c.entryLocked(k); e != nil && e.hot == nil {
+			notHot = append(notHot, e)
 		}
 	}
 	c.mu.Unlock()
-	_, err = c.promoteAll(ctx, cold)
+	_, err = c.promoteAll(ctx, notHot)
 	return n, err
 }
 
 // setPins applies pin to the records of every live entry of bucket under
-// prefix: the index first, then memory, both under idxMu so nothing
-// changes the entries in between. It returns how many records changed and
-// the matching entries.
-func (c *Cache) setPins(ctx context.Context, bucket, prefix string, pin func(r *record)) (int, []*entry, error) {
+// prefix, bulkBatch entries at a time: the index first, then memory, both
+// under idxMu so nothing changes the entries in between. It returns how
+// many records changed and the keys of the entries it matched.
+func (c *Cache) setPins(ctx context.Context, bucket, prefix string, pin func(r *record)) (int, []string, error) {
 	end, err := c.begin()
 	if err != nil {
 		return 0, nil, err
@@ -77,30 +78,48 @@ func (c *Cache) setPins(ctx context.Context, bucket, prefix string, pin func(r *
 		return 0, nil, ErrClosed
 	}
 	c.mu.Lock()
-	all := c.matchLocked(bucket, prefix)
-	var es []*entry
-	var keys []string
+	all := c.matchKeysLocked(bucket, prefix)
+	c.mu.Unlock()
+	n := 0
+	for batch := range slices.Chunk(all, bulkBatch) {
+		changed, err := c.setPinsBatch(batch, pin)
+		n += changed
+		if err != nil {
+			return n, nil, fmt.Errorf("tier: pin gs://%s/%s: %w", bucket, prefix, err)
+		}
+	}
+	return n, all, nil
+}
+
+// setPinsBatch is setPins for the entries of keys (all live: idxMu is held).
+func (c *Cache) setPinsBatch(keys []string, pin func(r *record)) (int, error) {
+	c.mu.Lock()
+	var changed []string
 	var recs []record
-	for _, e := range all {
+	for _, k := range keys {
+		e := c.entryLocked(k)
+		if e == nil { // cannot be while idxMu is held; skipped all the same
+			continue
+		}
 		r := e.rec
 		pin(&r)
 		if r != e.rec {
-			es, keys, recs = append(es, e), append(keys, e.key), append(recs, r)
+			changed, recs = append(changed, k), append(recs, r)
 		}
 	}
 	c.mu.Unlock()
-	if err := c.idx.putBatch(keys, recs); err != nil {
-		return 0, nil, fmt.Errorf("tier: pin gs://%s/%s: %w", bucket, prefix, err)
+	if err := c.idx.putBatch(changed, recs); err != nil {
+		return 0, err
 	}
 	c.mu.Lock()
-	// Entries may have been frozen meanwhile (not dropped: that takes idxMu).
-	for i, e := range es {
-		es[i] = c.currentLocked(e)
-	}
-	for i, e := range all {
-		all[i] = c.currentLocked(e)
+	defer c.mu.Unlock()
+	es := make([]*entry, 0, len(changed))
+	for _, k := range changed {
+		if e := c.entryLocked(k); e != nil { // thawed again if it froze meanwhile
+			es = append(es, e)
+		}
 	}
 	c.setPinsLocked(es, pin)
-	c.mu.Unlock()
-	return len(es), all, nil
+	c.trimWarmLocked()
+	return len(es), nil
 }
