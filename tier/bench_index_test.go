@@ -155,3 +155,34 @@ func BenchmarkThaw(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkOpenHit measures an Open and Close of a cached packed object
+// (a hit: the trim after it included).
+//
+//	go test -run '^$' -bench OpenHit -count 3 ./tier
+func BenchmarkOpenHit(b *testing.B) {
+	const n = 1000
+	env := newDirEnv(b)
+	for i := range n {
+		env.put(b, "bkt", fmt.Sprintf("h%05d", i), pattern(i, 4<<10))
+	}
+	c := openCache(b, env.packConfig(b.TempDir(), 1<<30))
+	ctx := context.Background()
+	for i := range n {
+		h, err := c.Open(ctx, obj("bkt", fmt.Sprintf("h%05d", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Close()
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		h, err := c.Open(ctx, obj("bkt", fmt.Sprintf("h%05d", i%n)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.Close()
+		i++
+	}
+}

@@ -83,6 +83,7 @@ type Cache struct {
 	// unpinned and pinned (see freeze.go); both nil before reconcile and
 	// after Close.
 	cold, pinnedCold *coldSet
+	colds            [2]*coldSet               // scratch for coldSets
 	urgencies        map[fileID]*sharedUrgency // urgency of each fill, shared by its waiters
 	// dirty lists the entries marked dirty since the last flush (see
 	// markDirtyLocked), so that a flush costs O(changes), not a walk of
