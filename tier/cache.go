@@ -143,7 +143,9 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		packQ: make(chan *packFill, maxPackGroup),
 	}
 	base.plans = c.plans
-	base.thawOld = c.thawOldLocked
+	base.cold = coldAccess{thawOld: c.thawOldLocked, refreeze: c.refreezeLocked, each: c.coldEachUnpinnedLocked,
+		thawAt: func(pos uint64) *entry { return c.thawLocked(c.cold, pos) },
+		link:   func(es []*entry) { c.base.linkByAccessLocked(es) }}
 	if hot != nil {
 		hot.plans = c.plans
 	}

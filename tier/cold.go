@@ -143,7 +143,11 @@ func (cs *coldSet) place(n int) (uint64, error) {
 
 // add appends a live record of key (not in the set) and encoded record val,
 // which must fit (see fits), as the newest, and returns its position.
-func (cs *coldSet) add(key, val []byte) (uint64, error) {
+func (cs *coldSet) add(key, val []byte) (uint64, error) { return cs.addAt(key, val, false) }
+
+// addAt is add, the record going first in the order if oldest (older than
+// every record in the set), else last.
+func (cs *coldSet) addAt(key, val []byte, oldest bool) (uint64, error) {
 	n := recSize(len(key), len(val))
 	pos, err := cs.place(n)
 	if err != nil {
@@ -154,10 +158,19 @@ func (cs *coldSet) add(key, val []byte) (uint64, error) {
 	b[0], b[1] = coldLive, byte(len(val))
 	binary.LittleEndian.PutUint16(b[2:4], uint16(len(key)))
 	binary.LittleEndian.PutUint32(b[4:8], h)
-	binary.LittleEndian.PutUint32(b[8:12], uint32(len(cs.order)))
 	copy(b[coldHeader:], key)
 	copy(b[coldHeader+len(key):], val)
-	cs.order = append(cs.order, slotOf(pos))
+	if oldest {
+		if cs.head == 0 {
+			cs.roomAhead()
+		}
+		cs.head--
+		cs.order[cs.head] = slotOf(pos)
+		binary.LittleEndian.PutUint32(b[8:12], uint32(cs.head))
+	} else {
+		binary.LittleEndian.PutUint32(b[8:12], uint32(len(cs.order)))
+		cs.order = append(cs.order, slotOf(pos))
+	}
 	cs.n++
 	if uint64(cs.n)*4 > uint64(len(cs.table))*3 {
 		cs.rehash(len(cs.table) * 2)
@@ -165,6 +178,20 @@ func (cs *coldSet) add(key, val []byte) (uint64, error) {
 		cs.insert(h, slotOf(pos))
 	}
 	return pos, nil
+}
+
+// roomAhead makes free slots before the order's head (a quarter of its
+// length, at least 1024), renumbering the records' slots.
+func (cs *coldSet) roomAhead() {
+	extra := max(1024, len(cs.order)/4)
+	order := make([]uint32, extra+len(cs.order)-cs.head, extra+len(cs.order)-cs.head+len(cs.order)/4)
+	for i, slot := range cs.order[cs.head:] {
+		order[extra+i] = slot
+		if slot != 0 {
+			binary.LittleEndian.PutUint32(cs.rec(posOf(slot))[8:12], uint32(extra+i))
+		}
+	}
+	cs.order, cs.head = order, extra
 }
 
 // insert puts slot, whose key hashes to h, into the table.

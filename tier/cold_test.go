@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +18,11 @@ func TestColdSetModel(t *testing.T) {
 	defer cs.release()
 	rng := rand.New(rand.NewPCG(1, 2))
 	model := map[string]string{}
-	var order []string // keys in arena order
+	// The expected order: front (added as oldest, newest of those first)
+	// reversed, then back; a key removed and added again counts at its
+	// last add (its value).
+	type added struct{ key, val string }
+	var front, back []added
 	key := func(i int) string {
 		return fmt.Sprintf("bkt\x00%0*d", 1+i%300, i) // lengths up to 300 bytes
 	}
@@ -31,11 +36,16 @@ func TestColdSetModel(t *testing.T) {
 				continue
 			}
 			v := fmt.Sprintf("val-%d-%d", i, step)
-			if _, err := cs.add([]byte(k), []byte(v)); err != nil {
+			oldest := op == 0
+			if _, err := cs.addAt([]byte(k), []byte(v), oldest); err != nil {
 				t.Fatal(err)
 			}
 			model[k] = v
-			order = append(order, k)
+			if oldest {
+				front = append(front, added{k, v})
+			} else {
+				back = append(back, added{k, v})
+			}
 		case op < 9:
 			pos, ok := cs.findString(k)
 			_, want := model[k]
@@ -85,14 +95,11 @@ func TestColdSetModel(t *testing.T) {
 		got = append(got, string(k))
 		return true
 	})
-	last := map[string]int{} // a key removed and added again is where it was added last
-	for i, k := range order {
-		last[k] = i
-	}
 	var want []string
-	for i, k := range order {
-		if _, ok := model[k]; ok && last[k] == i {
-			want = append(want, k)
+	slices.Reverse(front)
+	for _, a := range append(front, back...) {
+		if model[a.key] == a.val {
+			want = append(want, a.key)
 		}
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
@@ -193,6 +200,32 @@ func TestFrozenEntriesServeAndRestart(t *testing.T) {
 	if got := env.dl.calls.Load(); got != fetched {
 		t.Errorf("%d downloads after restart; want 0", got-fetched)
 	}
+	// Verify reads frozen objects without thawing them, and drops one
+	// whose bytes changed behind the cache's back.
+	if err := c2.flushAccess(); err != nil { // what check read freezes again
+		t.Fatal(err)
+	}
+	before := coldLen(c2)
+	en, _ := c2.Lookup("bkt", "f007")
+	c2.mu.Lock()
+	f := c2.frozenStandInLocked(indexKey("bkt", "f007"))
+	c2.mu.Unlock()
+	if f == nil {
+		t.Fatal("f007 is not frozen")
+	}
+	flipByte(t, f.path(), f.rec.off+int64(en.Attrs.Size)/2)
+	res, err := c2.Verify(context.Background(), VerifyOptions{})
+	if err != nil || res.Corrupt != 1 || res.Verified != n-1 {
+		t.Errorf("Verify after a flip = %+v, %v; want 1 corrupt", res.Verify, err)
+	}
+	if _, ok := c2.Lookup("bkt", "f007"); ok {
+		t.Errorf("the corrupt object is still cached")
+	}
+	if got := coldLen(c2); got != before-1 {
+		t.Errorf("%d entries frozen after Verify; want %d (only the corrupt one thawed, to be dropped)", got, before-1)
+	}
+	openRead(t, c2, obj("bkt", "f007"), want["f007"]) // fetched again
+	checkInvariants(t, c2)
 }
 
 // TestFrozenEvictionOrder checks that eviction takes the least recently

@@ -1,8 +1,10 @@
 package tier
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"unsafe"
 )
 
@@ -71,13 +73,7 @@ func (c *Cache) thawLocked(cs *coldSet, pos uint64) *entry {
 		panic(fmt.Sprintf("tier: cold record of %q: %v", key, err))
 	}
 	cs.remove(pos)
-	bucket, name, _ := splitKey(key)
-	seg := c.segs.get(r.seg)
-	if seg == nil { // cannot be (its objects keep it); if it were, Open finds the file wrong and drops the entry
-		seg = &segment{num: r.seg, path: segPath(c.segs.dir, r.seg), sealed: true}
-	}
-	e := &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), seg: seg, ident: fileIdent{ino: seg.ino},
-		rec: r, state: live}
+	e := c.entryOf(key, r, live)
 	c.entries[key] = e
 	c.byID[e.id] = e
 	return e
@@ -92,10 +88,14 @@ func (c *Cache) freezableLocked(e *entry) bool {
 		e.refs == 0 && !e.dirty && !e.promoting && !e.doomed && e.keep == 0 && (e.linked() || e.rec.pinned)
 }
 
-// freezeLocked moves freezable entry e into the cold set. Its accounting
-// (the store's used blocks and copies, the segment's objects) is
-// unchanged: a frozen entry is still a cached object.
-func (c *Cache) freezeLocked(e *entry) bool {
+// freezeLocked moves freezable entry e into the cold set, as its newest.
+// Its accounting (the store's used blocks and copies, the segment's
+// objects) is unchanged: a frozen entry is still a cached object.
+func (c *Cache) freezeLocked(e *entry) bool { return c.freezeAtLocked(e, false) }
+
+// freezeAtLocked is freezeLocked, e going first in the cold set's order if
+// oldest.
+func (c *Cache) freezeAtLocked(e *entry, oldest bool) bool {
 	var buf [256]byte
 	val := appendRecord(buf[:0], e.rec)
 	key := unsafe.Slice(unsafe.StringData(e.key), len(e.key))
@@ -106,7 +106,7 @@ func (c *Cache) freezeLocked(e *entry) bool {
 	if e.rec.pinned {
 		cs = c.pinnedCold
 	}
-	if _, err := cs.add(key, val); err != nil {
+	if _, err := cs.addAt(key, val, oldest && !e.rec.pinned); err != nil {
 		c.cfg.log.Warn("tier: cannot freeze an entry; the warm set grows", "err", err)
 		return false
 	}
@@ -172,13 +172,32 @@ func (c *Cache) trimWarmLocked() {
 
 // thawOldLocked thaws the least recently used cold entries, up to need
 // bytes of blocks, into the warm LRU, so that eviction, which walks the
-// warm LRU from its tail, sees the oldest objects of both sets.
-func (c *Cache) thawOldLocked(need int64) {
-	if c.cold == nil {
-		return
+// warm LRU from its tail, sees the oldest objects of both sets. With an
+// ownership preference (SetOwnership) it thaws first the copies this node
+// does not own among the ownScan least recently used, as
+// lruOwnedVictimsLocked would take them.
+func (c *Cache) thawOldLocked(need int64) []*entry {
+	if c.cold == nil || c.cold.len() == 0 {
+		return nil
 	}
 	var es []*entry
-	for got := int64(0); got < need; {
+	got := int64(0)
+	if owns := c.base.own.owns; owns != nil {
+		var unowned []uint64
+		looked := 0
+		c.cold.each(func(pos uint64, k, v []byte) bool {
+			looked++
+			if r, err := decodeRecord(v); err == nil && !owns(recAttrs(string(k), r)) {
+				unowned = append(unowned, pos)
+				got += r.blocks
+			}
+			return got < need && looked < ownScan
+		})
+		for _, pos := range unowned { // removing leaves the others' positions as they are
+			es = append(es, c.thawLocked(c.cold, pos))
+		}
+	}
+	for got < need {
 		pos, ok := c.cold.oldest()
 		if !ok {
 			break
@@ -188,6 +207,32 @@ func (c *Cache) thawOldLocked(need int64) {
 		got += e.rec.blocks
 	}
 	c.base.linkByAccessLocked(es)
+	return es
+}
+
+// refreezeLocked freezes again the entries thawOldLocked thawed that are
+// not among victims, newest first as the oldest of the cold set, so that
+// they keep their places in its order.
+func (c *Cache) refreezeLocked(thawed, victims []*entry) {
+	if len(thawed) == 0 {
+		return
+	}
+	chosen := make(map[*entry]bool, len(victims))
+	for _, v := range victims {
+		chosen[v] = true
+	}
+	left := thawed[:0]
+	for _, e := range thawed {
+		if !chosen[e] {
+			left = append(left, e)
+		}
+	}
+	slices.SortFunc(left, func(a, b *entry) int { return cmp.Compare(b.rec.access, a.rec.access) })
+	for _, e := range left {
+		if c.freezableLocked(e) {
+			c.freezeAtLocked(e, true)
+		}
+	}
 }
 
 // coldEachLocked calls fn with the key and record of every frozen entry of
@@ -260,4 +305,50 @@ func (c *Cache) releaseCold() {
 	for _, cs := range sets {
 		cs.release()
 	}
+}
+
+// coldEachUnpinnedLocked calls fn with every unpinned frozen entry, least
+// recently used first; key aliases the cold set (valid until it changes).
+func (c *Cache) coldEachUnpinnedLocked(fn func(key string, r record, pos uint64)) {
+	if c.cold == nil {
+		return
+	}
+	c.cold.each(func(pos uint64, k, v []byte) bool {
+		if r, err := decodeRecord(v); err == nil {
+			fn(unsafe.String(unsafe.SliceData(k), len(k)), r, pos)
+		}
+		return true
+	})
+}
+
+// frozenStandInLocked returns, for the frozen entry of key, an entry in
+// state frozen that reads its bytes (path, offset, size, CRC32C) without
+// thawing it, or nil if key is not frozen. dropCopy given the stand-in
+// drops the entry it stands for (if it still holds that generation).
+func (c *Cache) frozenStandInLocked(key string) *entry {
+	for _, cs := range c.coldSets() {
+		pos, ok := cs.findString(key)
+		if !ok {
+			continue
+		}
+		_, _, v := cs.parse(pos)
+		r, err := decodeRecord(v)
+		if err != nil {
+			return nil
+		}
+		return c.entryOf(key, r, frozen)
+	}
+	return nil
+}
+
+// entryOf returns a base entry in state for the packed object of key with
+// record r.
+func (c *Cache) entryOf(key string, r record, state entryState) *entry {
+	bucket, name, _ := splitKey(key)
+	seg := c.segs.get(r.seg)
+	if seg == nil { // cannot be (its objects keep it); if it were, Open finds the file wrong and drops the entry
+		seg = &segment{num: r.seg, path: segPath(c.segs.dir, r.seg), sealed: true}
+	}
+	return &entry{key: key, st: c.base, id: idOf(bucket, name, r.gen), seg: seg, ident: fileIdent{ino: seg.ino},
+		rec: r, state: state}
 }

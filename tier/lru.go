@@ -103,11 +103,20 @@ func newEntry(st *store, a object.Attrs, blocks int64, ident fileIdent, now int6
 
 // attrs returns the object's attributes (immutable fields only).
 func (e *entry) attrs() object.Attrs {
-	bucket, name, _ := splitKey(e.key)
-	a := object.Attrs{Object: object.Object{Bucket: bucket, Name: name, Generation: e.rec.gen},
-		Size: e.rec.size, CRC32C: e.rec.crc, HasCRC32C: e.rec.hasCRC}
-	if e.rec.updated != 0 {
-		a.Updated = time.Unix(0, e.rec.updated)
+	// Field by field: the others (access times) change under Cache.mu,
+	// which the callers need not hold.
+	return recAttrs(e.key, record{gen: e.rec.gen, size: e.rec.size, crc: e.rec.crc, hasCRC: e.rec.hasCRC,
+		updated: e.rec.updated})
+}
+
+// recAttrs returns the attributes of the object of index key key with
+// record r.
+func recAttrs(key string, r record) object.Attrs {
+	bucket, name, _ := splitKey(key)
+	a := object.Attrs{Object: object.Object{Bucket: bucket, Name: name, Generation: r.gen},
+		Size: r.size, CRC32C: r.crc, HasCRC32C: r.hasCRC}
+	if r.updated != 0 {
+		a.Updated = time.Unix(0, r.updated)
 	}
 	return a
 }
@@ -370,9 +379,20 @@ func (c *Cache) buryLocked(e *entry) {
 // access plans are announced the same copies are taken in the plans' order
 // instead (see plans.victimsLocked).
 func (st *store) lruVictimsLocked(need int64, skip *entry) (victims []*entry, freed int64) {
-	if st.thawOld != nil && need > 0 {
-		st.thawOld(need)
+	if st.plans.active() { // the plans see frozen entries themselves
+		return st.plans.victimsLocked(st, need, skip)
 	}
+	if st.cold.thawOld == nil || need <= 0 {
+		return st.pickVictimsLocked(need, skip)
+	}
+	thawed := st.cold.thawOld(need)
+	victims, freed = st.pickVictimsLocked(need, skip)
+	st.cold.refreeze(thawed, victims)
+	return victims, freed
+}
+
+// pickVictimsLocked is lruVictimsLocked over the LRU as it is.
+func (st *store) pickVictimsLocked(need int64, skip *entry) (victims []*entry, freed int64) {
 	if st.plans.active() {
 		return st.plans.victimsLocked(st, need, skip)
 	}

@@ -256,6 +256,13 @@ func (c *Cache) dropCopy(cp *entry, count func()) bool {
 	}
 	c.mu.Lock()
 	var dropped, dead []*entry
+	if cp.state == frozen { // a frozen entry's stand-in (Verify's), or one frozen since
+		if cp = c.currentLocked(cp); cp == nil {
+			c.mu.Unlock()
+			c.idxMu.Unlock()
+			return false
+		}
+	}
 	ok := cp.state == live
 	switch {
 	case !ok:

@@ -16,9 +16,11 @@ func ownsPrefix(a object.Attrs) bool { return strings.HasPrefix(a.Name, "own/") 
 // owned and one unowned copy, the owned ones least recently used: new
 // objects displace the unowned copy first, then owned ones in LRU order;
 // without the preference, plain LRU.
-func TestOwnershipEvictsUnownedFirst(t *testing.T) {
+func TestOwnershipEvictsUnownedFirst(t *testing.T) { inLayouts(t, testOwnershipEvictsUnownedFirst) }
+
+func testOwnershipEvictsUnownedFirst(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config) {
 	e := newDirEnv(t)
-	c := openCache(t, e.config(t.TempDir(), 3*objSize))
+	c := openCache(t, config(e, t.TempDir(), 3*objSize))
 	c.SetOwnership(ownsPrefix)
 	o := e.putObjects(t, "own/a", "own/b", "x", "y", "z")
 	touch(t, c, o[0], o[1], o[2]) // LRU order: own/a, own/b, x

@@ -71,6 +71,7 @@ type plans struct {
 	stats    stats.Plan               // counters
 	cands    []plan.Candidate[string] // scratch for victimsLocked
 	ents     []*entry                 // scratch: the entries cands tag
+	coldPos  []uint64                 // scratch: the frozen copies cands tag (see candidatesLocked)
 }
 
 // reader is one plan's reader: its keys and when it last advanced.

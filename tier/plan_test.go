@@ -48,6 +48,9 @@ func (e *dirEnv) putObjects(t testing.TB, names ...string) []object.Object {
 func inLayouts(t *testing.T, test func(t *testing.T, config func(e *dirEnv, dir string, maxBytes int64) Config)) {
 	t.Run("files", func(t *testing.T) { test(t, (*dirEnv).config) })
 	t.Run("packed", func(t *testing.T) { test(t, (*dirEnv).packConfig) })
+	t.Run("frozen", func(t *testing.T) { // packed, and frozen between uses (see touch)
+		test(t, func(e *dirEnv, dir string, maxBytes int64) Config { return e.coldConfig(dir, maxBytes, 1) })
+	})
 }
 
 // residents returns which of names are cached.
@@ -60,7 +63,8 @@ func residents(c *Cache, names ...string) map[string]bool {
 }
 
 // touch opens and closes each object, in order (so the last is the most
-// recently used).
+// recently used). In a cache whose warm set holds one entry, it writes the
+// access times after each, so that the entries freeze between uses.
 func touch(t testing.TB, c *Cache, os ...object.Object) {
 	t.Helper()
 	for _, o := range os {
@@ -69,6 +73,11 @@ func touch(t testing.TB, c *Cache, os ...object.Object) {
 			t.Fatalf("Open(%s): %v", o, err)
 		}
 		h.Close()
+		if c.cfg.warmEntries == 1 {
+			if err := c.flushAccess(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 

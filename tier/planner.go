@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 
 // victimsLocked is eviction while plans are announced: among st's unused,
 // unpinned copies (never skip), those plan.Index.Select picks to free need
-// bytes, in eviction order (all of them if they cannot). It walks the
-// whole LRU list and looks up each copy's next use: O(n) per eviction.
+// bytes, in eviction order (all of them if they cannot); frozen ones
+// chosen are thawed. It walks every copy (the cold set's too) and looks up
+// each one's next use: O(n) per eviction.
 func (p *plans) victimsLocked(st *store, need int64, skip *entry) (victims []*entry, freed int64) {
 	if need <= 0 {
 		return nil, 0
@@ -20,19 +22,43 @@ func (p *plans) victimsLocked(st *store, need int64, skip *entry) (victims []*en
 	cands := p.candidatesLocked(st, skip)
 	n, freed := p.idx.Select(cands, need, -1)
 	victims = make([]*entry, n)
+	var thawed []*entry
 	for i, c := range cands[:n] {
-		victims[i] = p.ents[c.Tag]
+		if c.Tag < 0 { // frozen: its record stays where it is until thawed
+			victims[i] = st.cold.thawAt(p.coldPos[-c.Tag-1])
+			thawed = append(thawed, victims[i])
+		} else {
+			victims[i] = p.ents[c.Tag]
+		}
+	}
+	if len(thawed) > 0 {
+		st.cold.link(thawed)
 	}
 	clear(p.ents)
+	p.coldPos = p.coldPos[:0]
 	return victims, freed
 }
 
 // candidatesLocked returns st's evictable copies (not in use, not pinned,
-// not skip) as candidates, least recently used first; each Tag indexes
-// p.ents. The slices are scratch space, valid until the next call.
+// not skip) as candidates, least recently used first (the frozen ones,
+// then the LRU's); a Tag ≥ 0 indexes p.ents, a Tag < 0 is a frozen copy at
+// p.coldPos[-Tag-1]. The slices (and the keys of frozen copies, which alias
+// the cold set) are valid until the next call or change of the cache.
 func (p *plans) candidatesLocked(st *store, skip *entry) []plan.Candidate[string] {
-	p.cands, p.ents = p.cands[:0], p.ents[:0]
+	p.cands, p.ents, p.coldPos = p.cands[:0], p.ents[:0], p.coldPos[:0]
 	var age int64
+	if st.cold.each != nil {
+		st.cold.each(func(key string, r record, pos uint64) {
+			age++
+			keep := false
+			if st.own.owns != nil {
+				keep = st.own.owns(recAttrs(strings.Clone(key), r))
+			}
+			p.cands = append(p.cands, plan.Candidate[string]{Key: key, Size: r.blocks, LastUse: age,
+				Due: p.dueLocked(key), Keep: keep, Tag: -len(p.coldPos) - 1})
+			p.coldPos = append(p.coldPos, pos)
+		})
+	}
 	for e := st.lru.back(); e != nil; e = st.lru.prev(e) {
 		age++ // the least recently used copy gets the smallest LastUse
 		if e.inUseLocked() || e == skip {
@@ -234,6 +260,7 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 		todo = append(todo, p.objects[k].obj)
 	}
 	clear(p.ents)
+	p.coldPos = p.coldPos[:0]
 	return todo
 }
 

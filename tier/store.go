@@ -33,10 +33,9 @@ type store struct {
 	headroom int64   // free bytes fills and promotions leave on the filesystem
 	share    float64 // share of the filesystem that a budget of 0 means
 
-	// thawOld, set on the base tier, thaws its least recently used cold
-	// entries into the LRU up to the blocks given (mu held), so that
-	// eviction sees them.
-	thawOld func(need int64)
+	// cold reaches the base tier's frozen entries (see freeze.go); its
+	// functions are nil on the shm tier.
+	cold coldAccess
 
 	maxBytes    int64
 	used        int64 // blocks of live copies, zombies and detached zombies
@@ -133,4 +132,22 @@ func (st *store) clearTemp() (int, error) {
 		}
 	}
 	return len(des), nil
+}
+
+// coldAccess is how eviction reaches the frozen entries of a store (all
+// with Cache.mu held).
+type coldAccess struct {
+	// thawOld thaws the least recently used unpinned cold entries into
+	// the LRU up to the blocks given, so that eviction sees them, and
+	// returns them; refreeze freezes again, as the oldest, those of them
+	// that eviction did not choose.
+	thawOld  func(need int64) []*entry
+	refreeze func(thawed, victims []*entry)
+	// each calls fn with every unpinned frozen entry, least recently used
+	// first (key aliasing the cold set: valid until it changes); thawAt
+	// thaws the one at pos (not yet in the LRU) and link puts thawed
+	// entries in the LRU.
+	each   func(fn func(key string, r record, pos uint64))
+	thawAt func(pos uint64) *entry
+	link   func(es []*entry)
 }

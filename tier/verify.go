@@ -128,7 +128,7 @@ func (c *Cache) verifyList(bucket, prefix string) []string {
 // its hot copy first.
 func (c *Cache) verifyObject(ctx context.Context, key string, pace *pacer, res *VerifyResult) error {
 	c.mu.Lock()
-	e := c.entryLocked(key)
+	e := c.entries[key]
 	var cps []*entry
 	if e != nil {
 		e.keep++ // not frozen while read
@@ -136,17 +136,20 @@ func (c *Cache) verifyObject(ctx context.Context, key string, pace *pacer, res *
 		if e.hot != nil {
 			cps = []*entry{e.hot, e}
 		}
+	} else if f := c.frozenStandInLocked(key); f != nil {
+		cps = []*entry{f} // read without thawing: a thaw would move the object in the LRU order
 	}
 	c.mu.Unlock()
-	if e == nil {
+	if len(cps) == 0 {
 		return nil // gone since the listing: nothing to count
 	}
-	defer func() {
-		c.mu.Lock()
-		e.keep--
-		c.trimWarmLocked()
-		c.mu.Unlock()
-	}()
+	if e != nil {
+		defer func() {
+			c.mu.Lock()
+			e.keep--
+			c.mu.Unlock()
+		}()
+	}
 	res.Objects++
 	for _, cp := range cps {
 		if err := c.verifyCopy(ctx, cp, pace, res); err != nil {
