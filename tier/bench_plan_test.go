@@ -35,19 +35,7 @@ func BenchmarkPlannedCold(b *testing.B) {
 		batch   = 32
 		readers = 2
 	)
-	objs := make([]fakestorage.Object, objects)
-	plan := make([]object.Object, objects)
-	for i := range objs {
-		name := fmt.Sprintf("imgs/class-%02d/img-%05d.bin", i%10, i)
-		objs[i] = fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: name},
-			Content: emulator.Pattern(uint64(i), size)}
-		plan[i] = object.Object{Bucket: "bench", Name: name}
-	}
-	emu, err := emulator.Start(emulator.Options{Objects: objs, Dir: b.TempDir(),
-		Shape: emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: 100e6}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	emu, plan := planEmulator(b, objects, size)
 	defer emu.Close()
 	layouts := []struct {
 		name      string
@@ -209,4 +197,58 @@ func (s *timedSource) NewRangeReader(ctx context.Context, o object.Object, off, 
 	s.n.Add(1)
 	s.firstByte.Add(int64(time.Since(t0)))
 	return r, err
+}
+
+// planEmulator starts the emulator behind the shaped link (20 ms to the
+// first byte, 100 MB/s per connection) with n objects of size bytes, and
+// returns it and the objects in plan order.
+func planEmulator(b *testing.B, n, size int) (*emulator.Server, []object.Object) {
+	b.Helper()
+	objs := make([]fakestorage.Object, n)
+	plan := make([]object.Object, n)
+	for i := range objs {
+		name := fmt.Sprintf("imgs/class-%02d/img-%05d.bin", i%10, i)
+		objs[i] = fakestorage.Object{ObjectAttrs: fakestorage.ObjectAttrs{BucketName: "bench", Name: name},
+			Content: emulator.Pattern(uint64(i), size)}
+		plan[i] = object.Object{Bucket: "bench", Name: name}
+	}
+	emu, err := emulator.Start(emulator.Options{Objects: objs, Dir: b.TempDir(),
+		Shape: emulator.Shape{FirstByte: 20 * time.Millisecond, BytesPerSec: 100e6}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return emu, plan
+}
+
+// BenchmarkPackThreshold measures, for objects around the default
+// tiers.disk.pack_below (1 MiB), a planned cold epoch with them packed and
+// with a file each, on the shaped link at 16 + 16 connections (256 MiB of
+// objects at each size): what a file of its own costs as objects grow.
+//
+//	go test ./tier -run '^$' -bench BenchmarkPackThreshold -benchtime 1x -count 2
+func BenchmarkPackThreshold(b *testing.B) {
+	const conns, batch, readers, total = 16, 32, 2, 256 << 20
+	for _, size := range []int{256 << 10, 1 << 20, 4 << 20} {
+		n := total / size
+		emu, plan := planEmulator(b, n, size)
+		for _, lay := range []struct {
+			name      string
+			packBelow int64
+		}{{"packed", int64(size) + 1}, {"files", -1}} {
+			b.Run(fmt.Sprintf("size-%dKiB/%s", size>>10, lay.name), func(b *testing.B) {
+				var total, cpu time.Duration
+				for range b.N {
+					cpu0 := cpuTime()
+					d, _ := plannedEpoch(b, emu.Endpoint(), plan, conns, batch, readers, lay.packBelow)
+					cpu += cpuTime() - cpu0
+					total += d
+				}
+				per := total.Seconds() / float64(b.N)
+				b.ReportMetric(float64(n)/per, "objects/s")
+				b.ReportMetric(float64(n*size)/per/1e6, "MB/s")
+				b.ReportMetric(cpu.Seconds()*1e3/float64(b.N)/float64(n), "cpu-ms/object")
+			})
+		}
+		emu.Close()
+	}
 }
