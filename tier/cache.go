@@ -18,6 +18,11 @@ import (
 // much LRU history.
 const accessFlushInterval = 15 * time.Second
 
+// earlyFlushGap is the least time between two flushes that trims ask for
+// (see trimWarmLocked): enough to bound the index writes, short next to
+// accessFlushInterval.
+const earlyFlushGap = time.Second
+
 // Cache is the cache: objects stored as files in a base tier (disk, or shm
 // when shm-only) with a badger index, a byte budget and LRU eviction, and
 // optionally a shm tier holding copies of the hottest objects. Create it
@@ -241,9 +246,14 @@ func (c *Cache) detach(ctx context.Context) (context.Context, func()) {
 func (c *Cache) flushLoop() {
 	t := time.NewTicker(accessFlushInterval)
 	defer t.Stop()
+	var early time.Time // the last flush asked for by a trim
 	for {
 		select {
 		case <-c.flushNow:
+			if time.Since(early) < earlyFlushGap {
+				continue // a later trim asks again
+			}
+			early = time.Now()
 			if err := c.flushAccess(); err != nil {
 				c.cfg.log.Warn("tier: flush access times", "err", err)
 			}

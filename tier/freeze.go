@@ -130,9 +130,10 @@ const trimLook = 256
 // the warm set is within its bound, looking at no more than trimLook
 // entries (those in use stay warm and are passed over). Entries used since
 // the last flush cannot freeze until the flusher has written them: when
-// they keep the warm set more than warmSlack over its bound, it asks the
-// flusher for a flush now (which trims again). Then it tidies the cold set
-// (see coldSet.tidy).
+// the warm set is more than warmSlack over its bound and some are
+// unwritten, it asks the flusher for a flush now (which trims again; at
+// most one such flush per earlyFlushGap). Then it tidies the cold set (see
+// coldSet.tidy).
 func (c *Cache) trimWarmLocked() {
 	if c.cold == nil {
 		return
@@ -157,7 +158,7 @@ func (c *Cache) trimWarmLocked() {
 			}
 		}
 	}
-	if over > max(c.cfg.warmEntries/2, warmSlack) {
+	if over > max(c.cfg.warmEntries/2, warmSlack) && len(c.dirty) > 0 { // a flush frees only unwritten ones
 		select {
 		case c.flushNow <- struct{}{}:
 		default:
