@@ -403,3 +403,32 @@ func TestFrozenPinned(t *testing.T) {
 	}
 	checkInvariants(t, c2)
 }
+
+// TestWarmSetAsksForFlush opens more packed objects than the warm set and
+// its slack hold, without a flush: the trims ask the flusher for one well
+// before its 15 s tick, after which the entries freeze.
+func TestWarmSetAsksForFlush(t *testing.T) {
+	defer func(n int) { warmSlack = n }(warmSlack)
+	warmSlack = 4
+	env := newDirEnv(t)
+	const n = 30
+	for i := range n {
+		env.put(t, "bkt", fmt.Sprintf("w%02d", i), pattern(i, 1000))
+	}
+	c := openCache(t, env.coldConfig(t.TempDir(), 64<<20, 2))
+	for i := range n {
+		openRead(t, c, obj("bkt", fmt.Sprintf("w%02d", i)), pattern(i, 1000))
+	}
+	deadline := time.Now().Add(accessFlushInterval / 2)
+	for coldLen(c) < n-2-warmSlack && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		c.mu.Lock()
+		c.trimWarmLocked() // as the next use would
+		c.mu.Unlock()
+	}
+	if got := coldLen(c); got < n-2-warmSlack {
+		t.Errorf("%d entries frozen %v after the opens; want at least %d (an early flush)", got,
+			accessFlushInterval/2, n-2-warmSlack)
+	}
+	checkInvariants(t, c)
+}

@@ -14,8 +14,8 @@ import (
 var defaultWarmEntries = 1 << 16
 
 // warmSlack is how far past its bound (at least) the warm set may grow
-// before a flush is asked for.
-const warmSlack = 4096
+// before a flush is asked for. Tests lower it.
+var warmSlack = 4096
 
 // entryLocked returns the live base entry of index key key, thawing it if
 // it is frozen, or nil. A thawed entry goes into the warm LRU where its
