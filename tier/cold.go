@@ -14,7 +14,7 @@ import (
 // overhead) 1.28 M of them took 470 MB of live heap and ~900 MB of RSS. So
 // only the entries in use are kept as *entry (the warm set: Cache.entries,
 // bounded by settings.warmEntries); packed base entries at rest (no handle,
-// no pin, no hot copy, nothing unwritten) are frozen into a coldSet: their
+// no hot copy or hot pin, nothing unwritten) are frozen into a coldSet: their
 // key and index record in an arena outside the Go heap, ~100 bytes each, a
 // 4-byte slot of a hash table and a 4-byte slot of the order list. A use
 // thaws an entry back (a lookup, a decode and one allocation); the warm

@@ -327,19 +327,23 @@ func (c *Cache) coldEachUnpinnedLocked(fn func(key string, r record, pos uint64)
 // thawing it, or nil if key is not frozen. dropCopy given the stand-in
 // drops the entry it stands for (if it still holds that generation).
 func (c *Cache) frozenStandInLocked(key string) *entry {
-	for _, cs := range c.coldSets() {
-		pos, ok := cs.findString(key)
-		if !ok {
-			continue
-		}
-		_, _, v := cs.parse(pos)
-		r, err := decodeRecord(v)
-		if err != nil {
-			return nil
-		}
+	if r, ok := c.coldRecordLocked(key); ok {
 		return c.entryOf(key, r, frozen)
 	}
 	return nil
+}
+
+// coldRecordLocked returns the record of the frozen entry of key, if key is
+// frozen, without thawing it.
+func (c *Cache) coldRecordLocked(key string) (record, bool) {
+	for _, cs := range c.coldSets() {
+		if pos, ok := cs.findString(key); ok {
+			_, _, v := cs.parse(pos)
+			r, err := decodeRecord(v)
+			return r, err == nil
+		}
+	}
+	return record{}, false
 }
 
 // entryOf returns a base entry in state for the packed object of key with

@@ -8,27 +8,20 @@ import (
 // Lookup returns the cached entry of bucket/name, if any. It does not count
 // as a use.
 func (c *Cache) Lookup(bucket, name string) (Entry, bool) {
+	key := indexKey(bucket, name)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.entries[indexKey(bucket, name)] == nil {
-		for _, cs := range c.coldSets() {
-			if pos, ok := cs.findString(indexKey(bucket, name)); ok {
-				_, _, v := cs.parse(pos)
-				if r, err := decodeRecord(v); err == nil {
-					return c.coldSnapshotLocked(indexKey(bucket, name), r), true
-				}
-			}
-		}
+	if e := c.entries[key]; e != nil {
+		return e.snapshotLocked(), true
 	}
-	e := c.entries[indexKey(bucket, name)]
-	if e == nil {
-		return Entry{}, false
+	if r, ok := c.coldRecordLocked(key); ok { // read in place: a lookup is no use
+		return c.coldSnapshotLocked(key, r), true
 	}
-	return e.snapshotLocked(), true
+	return Entry{}, false
 }
 
 // coldSnapshotLocked returns the frozen entry of key, with record r, as an
-// Entry (frozen entries are on disk, unpinned and not in use).
+// Entry (frozen entries are on disk and not in use).
 func (c *Cache) coldSnapshotLocked(key string, r record) Entry {
 	e := entry{key: key, st: c.base, rec: r}
 	return e.snapshotLocked()
