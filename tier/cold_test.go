@@ -242,7 +242,6 @@ func TestFrozenEvictionOrder(t *testing.T) {
 	read := func(i int) {
 		t.Helper()
 		openRead(t, c, obj("bkt", fmt.Sprintf("o%02d", i)), pattern(i, size))
-		time.Sleep(time.Millisecond) // distinct access times
 		if err := c.flushAccess(); err != nil {
 			t.Fatal(err)
 		}
