@@ -143,15 +143,42 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 	buf, put := d.bufs.get(asked)
 	defer put()
 
+	// A range too short to be split (and so to need its progress while it
+	// runs) is gathered in buf and written when buf is full or the range
+	// whole: one pwrite for a small object, not one per read from the
+	// connection. Longer ranges write every read as it comes.
+	gather := asked < minSteal
+	held := 0 // bytes in buf after s.done, not yet written
+	flush := func() error {
+		if held == 0 {
+			return nil
+		}
+		done, n := s.state()
+		m := int64(held)
+		held = 0
+		// A split may have shortened s since: never write past its end
+		// (split leaves far more than one read, so this is a guard).
+		m = min(m, n-done)
+		if _, werr := dst.WriteAt(buf[:m], s.off+done); werr != nil {
+			return &dstError{werr}
+		}
+		s.addCRC(s.off+done, buf[:m])
+		s.mu.Lock()
+		s.done += m
+		s.mu.Unlock()
+		d.stats.bytes.Add(m)
+		return nil
+	}
 	var first time.Time // when this attempt's first byte came
-	spread := asked < minSteal
+	spread := gather
 	for {
 		done, n := s.state()
-		if done >= n {
+		pos := done + int64(held)
+		if pos >= n {
 			break
 		}
-		m, rerr := r.Read(buf[:min(int64(len(buf)), n-done)])
-		if m > 0 && done == start {
+		m, rerr := r.Read(buf[held : held+int(min(int64(len(buf)-held), n-pos))])
+		if m > 0 && pos == start {
 			first = time.Now()
 			d.observeTTFB(first.Sub(requested))
 			s.receiving(first)
@@ -163,29 +190,27 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 			d.spread()
 		}
 		if m > 0 {
-			// A split may have shortened s since: never write past its end
-			// (split leaves far more than one read, so this is a guard).
-			if _, n = s.state(); int64(m) > n-done {
-				m = int(n - done)
-			}
-			if _, werr := dst.WriteAt(buf[:m], s.off+done); werr != nil {
-				return &dstError{werr}
-			}
-			s.addCRC(s.off+done, buf[:m])
-			s.mu.Lock()
-			s.done += int64(m)
-			done = s.done
-			s.mu.Unlock()
-			d.stats.bytes.Add(int64(m))
 			alive()
+			held += m
+			if !gather || held == len(buf) || pos+int64(m) >= n {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
 		}
-		switch {
-		case rerr == io.EOF && done < n:
-			return fmt.Errorf("%w: got %d of %d bytes", object.ErrShortRead, done, n)
-		case rerr == io.EOF:
-			return nil
-		case rerr != nil:
-			return rerr
+		if rerr != nil {
+			if err := flush(); err != nil { // what came is kept for the next attempt
+				return err
+			}
+			done, n = s.state()
+			switch {
+			case rerr == io.EOF && done < n:
+				return fmt.Errorf("%w: got %d of %d bytes", object.ErrShortRead, done, n)
+			case rerr == io.EOF:
+				return nil
+			default:
+				return rerr
+			}
 		}
 	}
 	if _, n := s.state(); n-start < asked {
