@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/fsouza/fake-gcs-server/fakestorage"
 
+	"github.com/cacheagent/cacheagent/bench/bare"
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/object"
@@ -53,7 +53,7 @@ func BenchmarkPlannedCold(b *testing.B) {
 		for _, lay := range layouts {
 			b.Run(fmt.Sprintf("%s/conns-%d+%d/%s", cs.link, conns, conns, lay.name), func(b *testing.B) {
 				cpu0 := cpuTime()
-				link := bareLink(b, "http://"+emu.Addr(), plan, 2*conns)
+				link := bareLink(b, emu.Endpoint(), len(plan), 2*conns)
 				linkCPU := cpuTime() - cpu0
 				var total, firstByte, cpu time.Duration
 				for i := 0; i < b.N; i++ {
@@ -83,40 +83,19 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// bareLink GETs every object of plan through the emulator's link on conns
-// connections at once and returns how long that took.
-func bareLink(b *testing.B, base string, plan []object.Object, conns int) time.Duration {
+// bareLink lists the emulator's bench/imgs/ (the plan) and GETs every
+// object on conns connections at once, as a bare client would (the issue's
+// baseline: list + GET, bytes discarded); it returns how long that took.
+func bareLink(b *testing.B, endpoint string, want, conns int) time.Duration {
 	b.Helper()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns}}
-	defer client.CloseIdleConnections()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	start := time.Now()
-	for range conns {
-		wg.Go(func() {
-			for i := next.Add(1) - 1; i < int64(len(plan)); i = next.Add(1) - 1 {
-				resp, err := client.Get(base + "/" + plan[i].Bucket + "/" + plan[i].Name)
-				if err != nil {
-					errs <- err
-					return
-				}
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err != nil || resp.StatusCode != http.StatusOK {
-					errs <- fmt.Errorf("GET %s: %d %v", plan[i].Name, resp.StatusCode, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	select {
-	case err := <-errs:
+	res, err := bare.Read(context.Background(), endpoint, conns, "bench", "imgs/")
+	if err != nil {
 		b.Fatal(err)
-	default:
 	}
-	return time.Since(start)
+	if res.Objects != want {
+		b.Fatalf("bare client read %d objects, want %d", res.Objects, want)
+	}
+	return res.Elapsed
 }
 
 // plannedEpoch opens a fresh cache, announces plan and reads it with
