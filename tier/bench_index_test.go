@@ -120,7 +120,7 @@ func BenchmarkThaw(b *testing.B) {
 		}
 		h.Close()
 	}
-	if err := c.flushAccess(); err != nil { // clean: freezable
+	if err := flushAll(c); err != nil { // clean: freezable
 		b.Fatal(err)
 	}
 	c.mu.Lock()

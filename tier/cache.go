@@ -41,7 +41,7 @@ type Cache struct {
 	promos   singleflight.Group // promotions, keyed by file id
 	promoteQ chan *entry        // promotions queued by Opens; nil without a hot tier
 	segs     *segments          // the base tier's segment files (packed objects)
-	packQ    chan *packFill     // packed objects written, for the packer to commit
+	packQ    chan *entry        // packed objects live but not yet durable, for the packer
 	dls      *downloads         // downloads in flight, which promotions give way to
 	stop     chan struct{}      // closed by Close to stop the background goroutines
 	flushNow chan struct{}      // asks the flusher for a flush now (capacity 1)
@@ -145,7 +145,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
 		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
-		packQ: make(chan *packFill, maxPackGroup),
+		packQ: make(chan *entry, maxPackGroup),
 	}
 	base.plans = c.plans
 	base.cold = coldAccess{thawOld: c.thawOldLocked, refreeze: c.refreezeLocked, each: c.coldEachUnpinnedLocked,
@@ -289,13 +289,18 @@ func (c *Cache) flushAccess() error {
 	var keys []string
 	var recs []record
 	var written []*entry
+	var waiting []*entry // unsynced: the packer writes their records
 	for _, e := range c.dirty {
-		if e.dirty && e.state == live && c.entries[e.key] == e {
+		switch {
+		case e.dirty && e.unsynced && e.state == live:
+			waiting = append(waiting, e)
+			continue
+		case e.dirty && e.state == live && c.entries[e.key] == e:
 			keys, recs, written = append(keys, e.key), append(recs, e.rec), append(written, e)
 		}
 		e.dirty = false
 	}
-	c.dirty = nil
+	c.dirty = waiting
 	c.mu.Unlock()
 	// Holding idxMu, no entry can be replaced or dropped until the write ends.
 	if err := c.idx.putBatch(keys, recs); err != nil {

@@ -39,7 +39,7 @@ func TestFlushWritesOnlyDirtyLiveEntries(t *testing.T) {
 		objs = append(objs, a.Object)
 		openRead(t, c, a.Object, pattern(i, 100+i))
 	}
-	if err := c.flushAccess(); err != nil {
+	if err := flushAll(c); err != nil {
 		t.Fatal(err)
 	}
 	c.mu.Lock()
@@ -55,7 +55,7 @@ func TestFlushWritesOnlyDirtyLiveEntries(t *testing.T) {
 	if res, err := c.Evict(ctx, "bkt", "f/2"); err != nil || res.Evicted != 1 {
 		t.Fatalf("Evict(f/2) = %+v, %v; want 1 evicted", res, err)
 	}
-	if err := c.flushAccess(); err != nil {
+	if err := flushAll(c); err != nil {
 		t.Fatal(err)
 	}
 	after := indexRecords(t, c)

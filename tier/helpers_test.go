@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
 	"log/slog"
@@ -280,4 +281,17 @@ func statsOf(c *Cache) (base, shm stats.Tier) {
 	s := c.Stats()
 	shm, _ = s.Shm()
 	return s.Base(), shm
+}
+
+// flushAll waits until the packer has made every packed fill durable
+// (their records written), then writes the access times the flusher
+// would: every clean entry is then freezable, as after a quiet while.
+func flushAll(c *Cache) error {
+	for deadline := time.Now().Add(time.Minute); c.segs.inFlight() > 0; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d packed fills still not durable after a minute", c.segs.inFlight())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return c.flushAccess()
 }

@@ -29,6 +29,15 @@ type testHooks struct {
 	// warmEntries, if positive, bounds the warm set in place of
 	// defaultWarmEntries.
 	warmEntries int
+	// syncing runs when the packer starts to make a group of n packed
+	// objects durable, before its fdatasync.
+	syncing func(n int)
+}
+
+func (h *testHooks) onSyncing(n int) {
+	if h != nil && h.syncing != nil {
+		h.syncing(n)
+	}
 }
 
 func (h *testHooks) onCopy(ctx context.Context, key string) error {

@@ -67,7 +67,11 @@ type entry struct {
 	// and check times, the in-shm flag) changed since the last index write;
 	// Cache.dirty lists the entries it is set on (markDirtyLocked).
 	dirty bool
-	state entryState
+	// unsynced is set on a packed copy that is live before its segment is
+	// synced: only the packer writes its record, after the fdatasync (see
+	// commitGroup); it stays dirty, so it is not frozen, until then.
+	unsynced bool
+	state    entryState
 	// doomed copies were dropped (Evict, Demote, a damaged file) while in
 	// use: no new handle is given on them, even by exact generation.
 	doomed bool

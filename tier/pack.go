@@ -16,9 +16,10 @@ func (c *Cache) packs(a object.Attrs) bool {
 	return a.Size > 0 && a.Size < c.cfg.packBelow
 }
 
-// fillPacked downloads a into space of the active segment and commits it
-// with the group it ends in (see packer): after one fdatasync of the
-// segment, with one index batch. need is the reservation, the object's
+// fillPacked downloads a into space of the active segment and makes it a
+// live entry at once; the packer makes it durable behind the readers (see
+// packLoop): one fdatasync of the segment for a group of objects, then
+// their records in one index batch. need is the reservation, the object's
 // size rounded up to the segment alignment.
 func (c *Cache) fillPacked(ctx context.Context, a object.Attrs, u *object.Urgency, need int64) (*entry, error) {
 	seg, off, err := c.segs.alloc(a.Size)
@@ -32,10 +33,10 @@ func (c *Cache) fillPacked(ctx context.Context, a object.Attrs, u *object.Urgenc
 	}
 	var e *entry
 	if err == nil {
-		e, err = c.commitPacked(&packFill{a: a, seg: seg, off: off, blocks: need, done: make(chan struct{})})
+		e, err = c.installPacked(a, seg, off, need)
 	}
-	c.segs.done(seg)
 	if err != nil {
+		_ = c.segs.done(seg) // it holds this object still: never removed here
 		if perr := punchRegions(seg, []region{{off, need}}); perr != nil {
 			c.cfg.log.Warn("tier: free a failed fill's space", "object", a.Object.String(), "err", perr)
 		}
@@ -44,6 +45,9 @@ func (c *Cache) fillPacked(ctx context.Context, a object.Attrs, u *object.Urgenc
 		}
 		return nil, err
 	}
+	// The fill stays in the segment's count (its file open) until the
+	// packer has synced it.
+	c.packQ <- e
 	return e, nil
 }
 
@@ -85,46 +89,38 @@ func sectionCRC(seg *segment, off, n int64) (uint32, error) {
 	return h.Sum32(), nil
 }
 
-// packFill is a packed object written and waiting to be committed.
-type packFill struct {
-	a      object.Attrs
-	seg    *segment
-	off    int64
-	blocks int64 // also its reservation
-	e      *entry
-	err    error
-	done   chan struct{} // closed when e or err is set
-}
-
 // maxPackGroup bounds one group commit.
 const maxPackGroup = 1024
 
-// packWindow is how long the packer waits for more of the fills in
-// progress to join a group before it commits: an fdatasync costs as much
-// CPU for one object as for a hundred (about 200 µs on a cloud VM's disk),
-// and a planned epoch's fills end a few at a time. A group that holds every
-// fill in progress commits at once.
-const packWindow = 2 * time.Millisecond
+// packWindow is how long the packer gathers packed objects into a group
+// while fills are still writing: an fdatasync costs as much CPU for one
+// object as for a hundred (about 200 µs on a cloud VM's disk), and nobody
+// waits for it (the objects are served from the page cache meanwhile), so
+// the window is set by what a crash may lose, not by latency. A group that
+// holds every fill in progress commits at once.
+const packWindow = 20 * time.Millisecond
 
-// commitPacked hands pf to the packer and waits for its group to commit.
-// It does not give up on a cancelled context: the packer always answers
-// (Close waits for fills before it stops the packer).
-func (c *Cache) commitPacked(pf *packFill) (*entry, error) {
-	c.packQ <- pf
-	<-pf.done
-	return pf.e, pf.err
-}
-
-// packLoop is the packer: it commits the packed objects written since its
-// last group, as one group, until Close.
+// packLoop is the packer: it makes the packed objects filled since its
+// last group durable, as one group. At Close (after the fills ended) it
+// commits what is left and returns.
 func (c *Cache) packLoop() {
 	for {
-		var group []*packFill
+		var group []*entry
 		select {
-		case pf := <-c.packQ:
-			group = append(group, pf)
+		case e := <-c.packQ:
+			group = append(group, e)
 		case <-c.stop:
-			return
+			for {
+				select {
+				case e := <-c.packQ:
+					group = append(group, e)
+				default:
+					if len(group) > 0 {
+						c.commitGroup(group)
+					}
+					return
+				}
+			}
 		}
 		c.commitGroup(c.gather(group))
 	}
@@ -132,12 +128,12 @@ func (c *Cache) packLoop() {
 
 // gather adds to group the fills that end within packWindow, while other
 // fills are still writing, up to maxPackGroup.
-func (c *Cache) gather(group []*packFill) []*packFill {
+func (c *Cache) gather(group []*entry) []*entry {
 	var window <-chan time.Time
 	for len(group) < maxPackGroup {
 		select {
-		case pf := <-c.packQ:
-			group = append(group, pf)
+		case e := <-c.packQ:
+			group = append(group, e)
 			continue
 		default:
 		}
@@ -150,8 +146,8 @@ func (c *Cache) gather(group []*packFill) []*packFill {
 			window = t.C
 		}
 		select {
-		case pf := <-c.packQ:
-			group = append(group, pf)
+		case e := <-c.packQ:
+			group = append(group, e)
 		case <-window:
 			return group
 		case <-c.stop:
@@ -161,89 +157,96 @@ func (c *Cache) gather(group []*packFill) []*packFill {
 	return group
 }
 
-// commitGroup makes a group of packed objects durable and live: one
-// fdatasync per segment they are in, then their records in one index
-// batch, then their entries installed. A crash before the batch loses the
-// group's objects (not cached; restart frees their space), never serves a
-// torn one.
-func (c *Cache) commitGroup(group []*packFill) {
+// commitGroup makes a group of live packed entries durable: one
+// fdatasync per segment they are in, then the records of those still
+// cached in one index batch. A crash before the batch loses the group's
+// objects (not cached; restart frees their space), never serves a torn
+// one. An entry whose segment could not be synced is dropped.
+func (c *Cache) commitGroup(group []*entry) {
+	c.hooks.Load().onSyncing(len(group))
 	synced := make(map[*segment]error)
-	for _, pf := range group {
-		if _, ok := synced[pf.seg]; !ok {
-			err := unix.Fdatasync(int(pf.seg.f.Fd()))
+	for _, e := range group {
+		if _, ok := synced[e.seg]; !ok {
+			err := unix.Fdatasync(int(e.seg.f.Fd()))
 			if err != nil {
 				err = fmt.Errorf("tier: fdatasync segment: %w", err)
 			}
-			synced[pf.seg] = err
+			synced[e.seg] = err
 		}
 	}
-	ok := group[:0:0]
-	for _, pf := range group {
-		if pf.err = synced[pf.seg]; pf.err == nil {
-			ok = append(ok, pf)
+	var failed []*entry
+	c.idxMu.Lock()
+	c.mu.Lock()
+	var keys []string
+	var recs []record
+	var written []*entry
+	for _, e := range group {
+		if err := synced[e.seg]; err != nil {
+			c.cfg.log.Warn("tier: packed object not made durable; dropping it", "key", e.key, "err", err)
+			failed = append(failed, e)
+		} else if e.state == live && c.entries[e.key] == e && !c.idxClosed {
+			keys, recs, written = append(keys, e.key), append(recs, e.rec), append(written, e)
+			e.dirty = false // written now, with every change so far
+		}
+		e.unsynced = false
+	}
+	c.mu.Unlock()
+	// Holding idxMu, no entry can be replaced or dropped until the write
+	// ends (a drop deletes its record after this batch).
+	err := c.idx.putBatch(keys, recs)
+	c.mu.Lock()
+	if err != nil {
+		c.cfg.log.Warn("tier: index packed objects; the flusher retries", "n", len(keys), "err", err)
+		for _, e := range written {
+			c.markDirtyLocked(e)
 		}
 	}
-	if err := c.installPacked(ok); err != nil {
-		for _, pf := range ok {
-			pf.e, pf.err = nil, fmt.Errorf("tier: fill %s: %w", pf.a.Object, err)
+	c.trimWarmLocked() // the entries just written are clean: they may freeze
+	c.mu.Unlock()
+	c.idxMu.Unlock()
+	for _, e := range group {
+		if err := c.segs.done(e.seg); err != nil {
+			c.cfg.log.Warn("tier: remove segment", "segment", e.seg.path, "err", err)
 		}
 	}
-	for _, pf := range group {
-		close(pf.done)
+	for _, e := range failed {
+		c.dropDamaged(e)
 	}
 }
 
-// installPacked indexes a group of synced packed objects in one batch and
-// makes them live, each replacing its name's previous generation, and
-// turns their reservations into used space.
-func (c *Cache) installPacked(group []*packFill) error {
-	if len(group) == 0 {
-		return nil
-	}
-	now := time.Now().UnixNano()
+// installPacked makes a packed object written at off in seg a live entry,
+// replacing its name's previous generation, and turns its reservation into
+// used space. Its record is the packer's to write (entry.unsynced).
+func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (*entry, error) {
 	c.idxMu.Lock()
+	defer c.idxMu.Unlock()
 	if c.idxClosed {
-		c.idxMu.Unlock()
-		return ErrClosed
-	}
-	keys := make([]string, len(group))
-	recs := make([]record, len(group))
-	c.mu.Lock()
-	for i, pf := range group {
-		e := newEntry(c.base, pf.a, pf.blocks, fileIdent{ino: pf.seg.ino}, now)
-		e.seg, e.rec.packed, e.rec.seg, e.rec.off = pf.seg, true, pf.seg.num, pf.off
-		if old := c.entryLocked(e.key); old != nil { // pins outlive generations
-			e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
-		}
-		pf.e, keys[i], recs[i] = e, e.key, e.rec
-	}
-	c.mu.Unlock()
-	if err := c.idx.putBatch(keys, recs); err != nil {
-		c.idxMu.Unlock()
-		return err
+		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	var dead []*entry
-	for _, pf := range group {
-		e := pf.e
-		if old := c.entryLocked(e.key); old != nil {
-			dead = c.dropLocked(old, false, dead)
-		}
-		c.installLocked(e)
-		c.base.reserved -= pf.blocks
-		c.stats.fills++
-		c.stats.bytesFetched += pf.a.Size
-		if e.rec.hotPin {
-			c.queuePromoteLocked(e)
-		}
+	e := newEntry(c.base, a, blocks, fileIdent{ino: seg.ino}, time.Now().UnixNano())
+	e.seg, e.rec.packed, e.rec.seg, e.rec.off = seg, true, seg.num, off
+	var dead, gone []*entry
+	if old := c.entryLocked(e.key); old != nil {
+		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin // pins outlive generations
+		dead = c.dropLocked(old, false, dead)
+		gone = append(gone, old) // its record goes now: a crash keeps neither
 	}
-	over, _ := c.base.lruVictimsLocked(c.base.committedLocked()-c.base.maxBytes, group[len(group)-1].e)
+	e.unsynced = true
+	c.markDirtyLocked(e) // not frozen until the packer wrote it
+	c.installLocked(e)
+	c.base.reserved -= blocks
+	c.stats.fills++
+	c.stats.bytesFetched += a.Size
+	if e.rec.hotPin {
+		c.queuePromoteLocked(e)
+	}
+	over, _ := c.base.lruVictimsLocked(c.base.committedLocked()-c.base.maxBytes, e)
 	dead = c.evictLocked(over, dead)
 	c.base.signalLocked()
 	c.trimWarmLocked()
 	c.mu.Unlock()
-	c.deleteRecords(over)
-	c.idxMu.Unlock()
+	c.deleteRecords(append(gone, over...))
 	c.removeFiles(dead)
-	return nil
+	return e, nil
 }

@@ -94,7 +94,7 @@ func (c *Cache) setPins(ctx context.Context, bucket, prefix string, pin func(r *
 // setPinsBatch is setPins for the entries of keys (all live: idxMu is held).
 func (c *Cache) setPinsBatch(keys []string, pin func(r *record)) (int, error) {
 	c.mu.Lock()
-	var changed []string
+	var changed, unsynced []string
 	var recs []record
 	for _, k := range keys {
 		e := c.entryLocked(k)
@@ -103,7 +103,11 @@ func (c *Cache) setPinsBatch(keys []string, pin func(r *record)) (int, error) {
 		}
 		r := e.rec
 		pin(&r)
-		if r != e.rec {
+		switch {
+		case r == e.rec:
+		case e.unsynced: // the packer writes its record, pins included
+			unsynced = append(unsynced, k)
+		default:
 			changed, recs = append(changed, k), append(recs, r)
 		}
 	}
@@ -113,8 +117,8 @@ func (c *Cache) setPinsBatch(keys []string, pin func(r *record)) (int, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	es := make([]*entry, 0, len(changed))
-	for _, k := range changed {
+	es := make([]*entry, 0, len(changed)+len(unsynced))
+	for _, k := range append(changed, unsynced...) {
 		if e := c.entryLocked(k); e != nil { // thawed again if it froze meanwhile
 			es = append(es, e)
 		}

@@ -74,7 +74,7 @@ func touch(t testing.TB, c *Cache, os ...object.Object) {
 		}
 		h.Close()
 		if c.cfg.warmEntries == 1 {
-			if err := c.flushAccess(); err != nil {
+			if err := flushAll(c); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -197,16 +197,18 @@ func (s *segments) lost(seg *segment) {
 	}
 }
 
-// done ends a fill's writing into seg.
-func (s *segments) done(seg *segment) {
+// done ends a fill's writing into seg (a packed object's, once the packer
+// synced it). It deletes the segment if it was sealed and its objects left
+// meanwhile.
+func (s *segments) done(seg *segment) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.writing--
 	seg.fills--
 	if seg.sealed && seg.fills == 0 && seg.f != nil {
 		seg.f.Close()
 		seg.f = nil
 	}
+	return s.removeIfEmptyLocked(seg)
 }
 
 // release drops n objects' space in seg (their blocks are punched out
@@ -214,7 +216,13 @@ func (s *segments) done(seg *segment) {
 func (s *segments) release(seg *segment, n int) error {
 	s.mu.Lock()
 	seg.objects -= n
-	remove := seg.objects == 0 && seg.sealed && seg.fills == 0
+	return s.removeIfEmptyLocked(seg)
+}
+
+// removeIfEmptyLocked unlocks s.mu, deleting seg first if it was sealed
+// and holds no objects or fills.
+func (s *segments) removeIfEmptyLocked(seg *segment) error {
+	remove := seg.objects == 0 && seg.sealed && seg.fills == 0 && s.byNum[seg.num] == seg
 	if remove {
 		delete(s.byNum, seg.num)
 	}
