@@ -92,6 +92,11 @@ type Config struct {
 	// OtherKey, when not 0, is the index of a node started with a key of
 	// its own (a stranger that must never be admitted).
 	OtherKey int
+	// EmuFiles keeps gcsemu's objects in files under the harness's
+	// directory (gcsemu -dir): a request then costs O(1), not O(objects),
+	// which decides the pace with thousands of small objects on a small
+	// machine. Overwritten objects keep one generation either way.
+	EmuFiles bool
 	// Logf receives progress lines (nil: none).
 	Logf func(format string, args ...any)
 }
@@ -385,10 +390,18 @@ type discard struct{}
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 func (h *Harness) startGCS(ctx context.Context) error {
-	p, r, err := h.start("gcsemu", h.Hub, filepath.Join(h.Dir, "gcsemu.log"), &bytes.Buffer{}, nil,
-		filepath.Join(h.cfg.Bin, "gcsemu"), "-bucket", h.cfg.Bucket, "-prefix", h.cfg.Prefix,
+	args := []string{"-bucket", h.cfg.Bucket, "-prefix", h.cfg.Prefix,
 		"-objects", strconv.Itoa(h.cfg.Objects), "-size", strconv.FormatInt(h.cfg.Size, 10),
-		"-first-byte", "0", "-rate", "0")
+		"-first-byte", "0", "-rate", "0"}
+	if h.cfg.EmuFiles {
+		dir := filepath.Join(h.Dir, "gcs")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return err
+		}
+		args = append(args, "-dir", dir)
+	}
+	p, r, err := h.start("gcsemu", h.Hub, filepath.Join(h.Dir, "gcsemu.log"), &bytes.Buffer{}, nil,
+		filepath.Join(h.cfg.Bin, "gcsemu"), args...)
 	if err != nil {
 		return err
 	}

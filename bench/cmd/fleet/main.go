@@ -64,6 +64,7 @@ type opts struct {
 	readers           int
 	connections       int
 	peerBatch         bool // fleet.peer_batch
+	emuFiles          bool // gcsemu -dir
 	reader            string
 	phases            string
 	// Phase 5: the dataset's objects (of -size), the rounds of
@@ -93,6 +94,7 @@ func main() {
 	flag.IntVar(&o.peerMbit, "peer-mbit", 160, "per-node peer link rate r_p, Mbit/s each way (htb)")
 	flag.DurationVar(&o.firstByte, "first-byte", 20*time.Millisecond, "GCS time to first byte (gcsproxy)")
 	flag.IntVar(&o.readers, "readers", 4, "concurrent reads per node")
+	flag.BoolVar(&o.emuFiles, "emu-files", true, "keep gcsemu's objects in files (each request O(1); in memory each costs O(objects))")
 	flag.BoolVar(&o.peerBatch, "peer-batch", true, "fleet.peer_batch: small objects from one owner in batch requests")
 	flag.IntVar(&o.connections, "connections", 16, "each daemon's fetch.connections (the product's default is 64; 16 keeps the figures comparable with earlier runs)")
 	flag.StringVar(&o.reader, "reader", "cat", "how phases 1-4 read an epoch: cat (one `cacheagent cat` process per object, -readers at a time, contents compared) or prefetch (one `prefetch --wait` job per node, inside the daemon, then verify)")
@@ -143,7 +145,7 @@ func (o opts) cfg(nodes int, diskMax int64, noFleet bool) fleettest.Config {
 	return fleettest.Config{Nodes: nodes, Bin: o.bin, Bucket: "bench", Prefix: "data/", Objects: o.objects,
 		Size: o.size, FirstByte: o.firstByte, Rate: "0", GCSMbit: o.gcsMbit, PeerMbit: o.peerMbit,
 		DiskMax: fmt.Sprint(diskMax), NoFleet: noFleet, Connections: o.connections, NoPeerBatch: !o.peerBatch,
-		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
+		EmuFiles: o.emuFiles, Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }}
 }
 
 // startAlive starts a harness with cfg and waits until every member is
