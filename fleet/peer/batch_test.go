@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -21,6 +22,7 @@ type countingHandler struct {
 	h              http.Handler
 	single, batch  atomic.Int64
 	batchedObjects atomic.Int64
+	conns          *atomic.Int64 // connections accepted, if counted
 }
 
 func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -36,11 +38,26 @@ func (c *countingHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.h.ServeHTTP(w, r)
 }
 
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
 // batchPair starts node a reading every object from owner b, whose server
-// counts its requests; corrupt, if set, plays a corrupt b.
+// counts its requests (and cnt.conns the connections it accepts); corrupt,
+// if set, plays a corrupt b.
 func batchPair(t *testing.T, e *gcsEnv, corrupt func(object.Object, int64, []byte)) (a, b *node, cnt *countingHandler) {
 	t.Helper()
-	la, lb := listen(t), listen(t)
+	la, lb := listen(t), &countingListener{Listener: listen(t)}
 	cfg := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
 	cfg.BatchInflight = 1 // one batch at a time: the reads in flight meanwhile (testFetch: 4) wait together
 	a = startNode(t, e, "a", la, cfg, nil)
@@ -48,7 +65,7 @@ func batchPair(t *testing.T, e *gcsEnv, corrupt func(object.Object, int64, []byt
 	b = startNode(t, e, "b", lb2, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
 		c.CorruptForTest = corrupt
 	})
-	cnt = &countingHandler{h: b.srv}
+	cnt = &countingHandler{h: b.srv, conns: &lb.accepted}
 	serve(t, lb, cnt)
 	return a, b, cnt
 }
@@ -95,6 +112,12 @@ func TestBatchedReads(t *testing.T) {
 	}
 	if got, want := originBytes(a, b), sumLen(datas); got != want {
 		t.Errorf("GCS served %d bytes; want %d (b's fills, once each)", got, want)
+	}
+	// One batch at a time (BatchInflight 1): each goes on the connection
+	// the one before gave back. A batch's body closed before its end used
+	// to take its connection with it: a TLS handshake per batch.
+	if got := cnt.conns.Load(); got != 1 {
+		t.Errorf("%d batch requests took %d connections; want 1", cnt.batch.Load(), got)
 	}
 	t.Logf("%d objects in %d batch requests", n, cnt.batch.Load())
 }
