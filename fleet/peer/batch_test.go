@@ -274,3 +274,28 @@ func sumLen(bs [][]byte) int64 {
 	}
 	return n
 }
+
+// TestMissesKeepConnections: an owner asks the next member for a copy
+// before it fills each object from GCS (cached only); the member's "not
+// held" answers are read to their end, so every ask goes on the one
+// connection. Closing them unread dropped the connection each time (a TCP
+// and TLS handshake per owned object).
+func TestMissesKeepConnections(t *testing.T) {
+	e := newGCSEnv(t)
+	lb := &countingListener{Listener: listen(t)}
+	b := startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), nil)
+	a := startNode(t, e, "a", listen(t), patient(ownedBy(Candidate{Name: "a", Self: true},
+		Candidate{Name: "b", Addr: lb.Addr().String()})), nil)
+	const n = 20
+	for i := range n {
+		data := emulator.Pattern(uint64(500+i), 1000+i)
+		o := e.put(t, bucket, fmt.Sprintf("own/%02d", i), data)
+		checkBytes(t, "a reads "+o.Name, read(t, a.cache, o), data)
+	}
+	if got := b.srv.Stats(); got.ServedBytes != 0 {
+		t.Errorf("b served %d bytes; want none (it holds nothing)", got.ServedBytes)
+	}
+	if got := lb.accepted.Load(); got != 1 {
+		t.Errorf("%d asks took %d connections; want 1", n, got)
+	}
+}

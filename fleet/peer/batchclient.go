@@ -145,7 +145,7 @@ func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []
 	defer cancel(nil)
 	resp, cause, err := s.roundTrip(rctx, cancel, c, p, BatchPath+"?"+batchQuery(objs, false))
 	if err == nil && resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
+		drainClose(resp.Body)
 		cause, err = causeOf(resp.StatusCode), fmt.Errorf("peer %s: batch: %w: status %s", c.Name, errBadAnswer, resp.Status)
 	}
 	if err != nil {
