@@ -24,8 +24,10 @@ go build -o "$work/" ./cmd/cacheagent ./bench/cmd/gcsemu ./bench/cmd/bareget
 mkdir "$work/emu"
 "$work/gcsemu" -objects "$objects" -size 100KiB -first-byte 20ms -rate 100MB -dir "$work/emu" >"$work/endpoint" &
 emu_pid=$!
-for _ in $(seq 600); do [ -s "$work/endpoint" ] && break; sleep 0.1; done
+# Seeding 20,000 files takes a while on a busy disk: wait up to 10 minutes.
+for _ in $(seq 6000); do [ -s "$work/endpoint" ] && break; sleep 0.1; done
 endpoint=$(head -1 "$work/endpoint")
+[ -n "$endpoint" ] || { echo "gcsemu did not start" >&2; exit 1; }
 # One unrecorded prefetch first: on a VM whose host backs guest memory
 # lazily (VM2 is a Firecracker guest), the first pages a fresh page cache
 # touches cost the host, charged as system time to the process touching

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -494,21 +495,43 @@ func (f FetchConfig) Downloader() fetch.Config {
 	return c
 }
 
+// maxInFlight bounds the objects prefetch and the planner keep in flight
+// (each is a goroutine and a reservation of disk space).
+const maxInFlight = 4096
+
+// Reads is how many range reads the fetch section allows at once: the main
+// budget and the small-object lane's (as many again when not set).
+func (f FetchConfig) Reads() int {
+	n := cmp.Or(f.Connections, DefaultConnections)
+	switch {
+	case f.SmallConnections > 0:
+		n += f.SmallConnections
+	case f.SmallConnections == 0:
+		n += cmp.Or(f.Connections, DefaultConnections)
+	}
+	return n
+}
+
 // Tier maps the tiers and fetch sections onto a cache's settings, filled
 // through dl from src. The daemon and the CLI's standalone agent open
-// their caches with it alike.
+// their caches with it alike. Prefetch and the planner keep as many
+// objects in flight as the fetch section allows range reads (at least
+// tier.DefaultPrefetchParallelism, at most maxInFlight): with small
+// objects, one read each, fewer would leave connections idle (at 64 + 64,
+// half of them).
 func (c Config) Tier(src object.Source, dl tier.Downloader, log *slog.Logger) tier.Config {
 	return tier.Config{
-		Dir:         c.Tiers.Disk.Dir,
-		MaxBytes:    int64(c.Tiers.Disk.Max),
-		ShmDir:      c.Tiers.Shm.Dir,
-		ShmMaxBytes: int64(c.Tiers.Shm.Max),
-		PromoteHits: c.Tiers.Shm.PromoteHits,
-		PackBelow:   c.Tiers.Disk.packBelow(),
-		Revalidate:  durationOr(c.Fetch.Revalidate, DefaultRevalidate),
-		Source:      src,
-		Downloader:  dl,
-		Logger:      log,
+		PrefetchParallelism: min(max(tier.DefaultPrefetchParallelism, c.Fetch.Reads()), maxInFlight),
+		Dir:                 c.Tiers.Disk.Dir,
+		MaxBytes:            int64(c.Tiers.Disk.Max),
+		ShmDir:              c.Tiers.Shm.Dir,
+		ShmMaxBytes:         int64(c.Tiers.Shm.Max),
+		PromoteHits:         c.Tiers.Shm.PromoteHits,
+		PackBelow:           c.Tiers.Disk.packBelow(),
+		Revalidate:          durationOr(c.Fetch.Revalidate, DefaultRevalidate),
+		Source:              src,
+		Downloader:          dl,
+		Logger:              log,
 	}
 }
 

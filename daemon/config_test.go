@@ -151,3 +151,23 @@ func FuzzParseConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestTierInFlight: prefetch and the planner keep as many objects in
+// flight as the fetch section allows range reads, both lanes counted.
+func TestTierInFlight(t *testing.T) {
+	for _, c := range []struct {
+		conns, small, want int
+	}{
+		{0, 0, 128},          // the defaults: 64 + 64
+		{16, 0, 64},          // 16 + 16, at least tier's default
+		{64, -1, 64},         // no small lane
+		{100, 50, 150},       // both set
+		{60000, 60000, 4096}, // bounded
+	} {
+		var cfg Config
+		cfg.Fetch.Connections, cfg.Fetch.SmallConnections = c.conns, c.small
+		if got := cfg.Tier(nil, nil, nil).PrefetchParallelism; got != c.want {
+			t.Errorf("connections %d, small %d: PrefetchParallelism %d; want %d", c.conns, c.small, got, c.want)
+		}
+	}
+}

@@ -121,8 +121,10 @@ func plannedEpoch(b testing.TB, endpoint string, plan []object.Object, conns, ba
 	if err != nil {
 		b.Fatal(err)
 	}
+	// As many objects in flight as range reads (both lanes), as the daemon
+	// sizes its cache (daemon.Config.Tier).
 	c, err := Open(ctx, Config{Dir: b.TempDir(), MaxBytes: 8 << 30, Source: src, Downloader: dl, Revalidate: -1,
-		PackBelow: packBelow})
+		PackBelow: packBelow, PrefetchParallelism: max(DefaultPrefetchParallelism, 2*conns)})
 	if err != nil {
 		b.Fatal(err)
 	}
