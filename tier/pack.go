@@ -219,8 +219,8 @@ func (c *Cache) commitGroup(group []*entry) {
 // used space. Its record is the packer's to write (entry.unsynced).
 func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (*entry, error) {
 	c.idxMu.Lock()
-	defer c.idxMu.Unlock()
 	if c.idxClosed {
+		c.idxMu.Unlock()
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
@@ -247,6 +247,7 @@ func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (
 	c.trimWarmLocked()
 	c.mu.Unlock()
 	c.deleteRecords(append(gone, over...))
-	c.removeFiles(dead)
+	c.idxMu.Unlock()
+	c.removeFiles(dead) // file I/O: not under the index lock
 	return e, nil
 }
