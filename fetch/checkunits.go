@@ -21,6 +21,22 @@ import (
 // holds. Every unit confirmed and the object still wrong is not final while
 // rounds remain (everything is read again); only a source that serves the
 // same wrong bytes whatever the ranges fails every round.
+//
+// The object's CRC also says which of the values the reads gave each unit
+// are right, when some combination of them is: the CRC of a concatenation
+// is linear in each part's CRC (crc32cCombine), so the CRC the object
+// would have with unit i holding another of its values is the current sum
+// plus that value's difference shifted by the bytes after the unit. After
+// a mismatch, solve tries every combination of the values seen (while
+// they are few) and, if exactly one gives the object's CRC, the rounds
+// after it re-read only the units whose bytes now in the destination are
+// not that combination's: a unit read right once is not read again (where
+// it could arrive corrupt), and a unit read wrong every time so far is
+// read again however its reads agreed. Such a guided round after a cut one
+// reads each run of units in one range (a range cut in two is two chances
+// of a corruption); the next is cut elsewhere again, so a corruption tied
+// to a position still moves. That outcome is a guide, never a verdict: the
+// object is accepted only when the bytes in the destination have its CRC.
 
 // checkUnit is the largest check unit. A flipped byte costs one unit's
 // re-read in the rounds after the second; more units cost 4 bytes each per
@@ -50,6 +66,9 @@ type checkUnits struct {
 	rounds     int        // rounds recorded
 	cur        []uint32   // CRC32C of each unit's bytes in the destination
 	seen       [][]uint32 // CRC32Cs earlier reads of each unit gave
+	// good is each unit's right CRC32C as the last solve found it; nil
+	// until one found exactly one combination.
+	good []uint32
 }
 
 func newCheckUnits(size, unit int64) *checkUnits {
@@ -159,6 +178,89 @@ func (c *checkUnits) unconfirmed() []int {
 	var out []int
 	for i, u := range c.cur {
 		if !slices.Contains(c.seen[i], u) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// maxCombos bounds the combinations solve tries. Each is a 1 in 2^32
+// chance of a false match, so they stay few, and together with the unique
+// match solve asks for that keeps a wrong guide out of the question (and a
+// wrong guide could only cost rounds: the object is still checked whole).
+const maxCombos = 256
+
+// solve looks for the one combination of the values the reads gave each
+// unit whose object CRC is want, and records it as good. It reports
+// whether it found exactly one; with none or several (or too many to try)
+// good is left as it was.
+func (c *checkUnits) solve(want uint32) bool {
+	type choice struct {
+		vals  []uint32 // the unit's distinct values, the current one first
+		delta []uint32 // what each changes in the object's CRC
+	}
+	var units []int
+	var choices []choice
+	combos := 1
+	var after int64 = c.size
+	for i, u := range c.cur {
+		_, n := c.span(i)
+		after -= n
+		vals := []uint32{u}
+		for _, v := range c.seen[i] {
+			if !slices.Contains(vals, v) {
+				vals = append(vals, v)
+			}
+		}
+		if len(vals) == 1 {
+			continue
+		}
+		if combos *= len(vals); combos > maxCombos {
+			return false
+		}
+		ch := choice{vals: vals, delta: make([]uint32, len(vals))}
+		for k, v := range vals {
+			ch.delta[k] = crc32cShift(u^v, after)
+		}
+		units, choices = append(units, i), append(choices, ch)
+	}
+	target := c.sum() ^ want // the XOR of the chosen deltas must be this
+	var found []int          // the matching combination: an index into each unit's values
+	pick := make([]int, len(units))
+	for n := 0; n < combos; n++ {
+		var d uint32
+		for j, k := range pick {
+			d ^= choices[j].delta[k]
+		}
+		if d == target {
+			if found != nil {
+				return false // two combinations match: no guide
+			}
+			found = slices.Clone(pick)
+		}
+		for j := range pick { // the next combination
+			if pick[j]++; pick[j] < len(choices[j].vals) {
+				break
+			}
+			pick[j] = 0
+		}
+	}
+	if found == nil {
+		return false
+	}
+	c.good = slices.Clone(c.cur)
+	for j, i := range units {
+		c.good[i] = choices[j].vals[found[j]]
+	}
+	return true
+}
+
+// wrong returns, after a solve that found the good values, the units
+// whose bytes in the destination are not those, in order.
+func (c *checkUnits) wrong() []int {
+	var out []int
+	for i, u := range c.cur {
+		if u != c.good[i] {
 			out = append(out, i)
 		}
 	}

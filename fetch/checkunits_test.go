@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -103,6 +104,87 @@ func TestCheckUnitsConfirm(t *testing.T) {
 	}
 }
 
+func TestCheckUnitsSolve(t *testing.T) {
+	good := emulator.Pattern(3, 1000)
+	want := crc32.Checksum(good, castagnoli)
+	bad := func(at ...int) []byte {
+		b := slices.Clone(good)
+		for _, i := range at {
+			b[i] ^= 0x5a
+		}
+		return b
+	}
+	c := newCheckUnits(int64(len(good)), 100)
+	// Round 1: unit 2 corrupt; round 2: unit 7. The object's CRC picks
+	// round 2's unit 2 and round 1's unit 7: only 7 is read again (not 2,
+	// which no two reads confirm yet).
+	readUnits(t, c, c.all(), bad(250), 300, 7)
+	if c.solve(want) {
+		t.Fatal("solve after one read = true; want false (one value per unit)")
+	}
+	readUnits(t, c, c.all(), bad(777), 300, 64)
+	if !c.solve(want) {
+		t.Fatal("solve after two reads = false; want true")
+	}
+	if got := c.wrong(); !slices.Equal(got, []int{7}) {
+		t.Fatalf("wrong = %v; want [7] (unconfirmed: %v)", got, c.unconfirmed())
+	}
+	readUnits(t, c, []int{7}, good, 300, 1000)
+	if c.sum() != want {
+		t.Errorf("after three reads: sum %08x; want %08x", c.sum(), want)
+	}
+	// A unit wrong in both reads (differently): no combination matches.
+	c = newCheckUnits(int64(len(good)), 100)
+	readUnits(t, c, c.all(), bad(420), 1000, 100)
+	readUnits(t, c, c.all(), bad(450), 1000, 33)
+	if c.solve(want) {
+		t.Error("solve with unit 4 wrong in both reads = true; want false")
+	}
+	// Once a read of it is right, the right value is found among three.
+	readUnits(t, c, []int{4}, good, 1000, 100)
+	if !c.solve(want) || len(c.wrong()) != 0 {
+		t.Errorf("solve after the right read: wrong = %v; want none", c.wrong())
+	}
+	// Too many combinations: not tried. Every unit with 2 values is 2^10.
+	c = newCheckUnits(int64(len(good)), 100)
+	readUnits(t, c, c.all(), bad(0, 100, 200, 300, 400, 500, 600, 700, 800, 900), 1000, 100)
+	readUnits(t, c, c.all(), good, 1000, 100)
+	if c.solve(want) {
+		t.Error("solve over 1024 combinations = true; want false (too many)")
+	}
+}
+
+// TestFetchGCSCorruptionSolved: reads that were each corrupt in another
+// unit are put right by re-reading the one unit whose right bytes are not
+// in place, not every unit the two reads disagree on.
+func TestFetchGCSCorruptionSolved(t *testing.T) {
+	const size = 64 << 10 // one slice; 8 check units of 8 KiB
+	cfg := fastConfig()
+	cfg.Connections = 1
+	e := newGCSEnv(t, size, cfg, emulator.Options{})
+	var calls atomic.Int64
+	e.s.SetFaults(func(r *http.Request, _ int) emulator.Fault {
+		switch calls.Add(1) {
+		case 1: // round 1, the whole object: unit 0
+			return emulator.Fault{Corrupt: true, CorruptAt: 10}
+		case 3: // round 2's second range, from 21845: unit 6
+			return emulator.Fault{Corrupt: true, CorruptAt: 30000}
+		}
+		return emulator.Fault{}
+	})
+	got, err := fetchFile(t, e.d, e.a, nil)
+	if err != nil {
+		t.Fatalf("Fetch: %v", err)
+	}
+	checkBytes(t, "Fetch", got, e.data)
+	st := e.d.Stats()
+	// Round 3 reads unit 6 in one range (round 2 was cut elsewhere).
+	if st.CRCFailures != 2 || st.Bytes != 2*size+8<<10 || calls.Load() != 4 {
+		t.Errorf("%d CRC failures, %d bytes, %d GETs; want 2, %d (twice the object and one unit), 4",
+			st.CRCFailures, st.Bytes, calls.Load(), 2*size+8<<10)
+	}
+}
+
 // TestFetchGCSRandomCorruption: a link that flips a byte in 10% of
 // responses (seeded; one connection, so the n-th GET is always the same
 // range) no longer fails a 16-slice object: the second round reads it
@@ -162,18 +244,49 @@ func TestFetchGCSCorruptionEveryRead(t *testing.T) {
 // (a clean close mid-body) and flips the middle byte of 10% of the bodies
 // (the same byte whenever the same range is read): 20 seeds
 // (CACHEAGENT_STORM_SEEDS to run more), every object whole every time.
+//
+// A harsher storm measures how often the rounds run out: with
+// CACHEAGENT_STORM_CORRUPT (the share of bodies flipped) and
+// CACHEAGENT_STORM_ATTEMPTS (Config.ChecksumAttempts) set, failed objects
+// are counted and logged, not fatal; a wrong byte still is.
 func TestFetchGCSFaultStorm(t *testing.T) {
-	seeds := uint64(20)
+	cfg := stormConfig{seeds: 20, corrupt: 0.1}
 	if n, err := strconv.ParseUint(os.Getenv("CACHEAGENT_STORM_SEEDS"), 10, 64); err == nil {
-		seeds = n // a longer run, to measure how rare a failure is
+		cfg.seeds = n // a longer run, to measure how rare a failure is
 	}
-	for seed := range seeds {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { faultStorm(t, seed) })
+	if r, err := strconv.ParseFloat(os.Getenv("CACHEAGENT_STORM_CORRUPT"), 64); err == nil {
+		cfg.corrupt, cfg.count = r, true
+		cfg.attempts, _ = strconv.Atoi(os.Getenv("CACHEAGENT_STORM_ATTEMPTS"))
+	}
+	var failed, total atomic.Int64
+	for seed := range cfg.seeds {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			n := faultStorm(t, seed, cfg)
+			failed.Add(int64(n))
+			total.Add(100)
+		})
+	}
+	if cfg.count {
+		rounds := cfg.attempts
+		if rounds == 0 {
+			rounds = DefaultChecksumAttempts
+		}
+		t.Logf("%.0f%% of bodies flipped, %d rounds: %d of %d objects failed", cfg.corrupt*100, rounds,
+			failed.Load(), total.Load())
 	}
 }
 
-// faultStorm is one run of TestFetchGCSFaultStorm.
-func faultStorm(t *testing.T, seed uint64) {
+// stormConfig sets a TestFetchGCSFaultStorm run.
+type stormConfig struct {
+	seeds    uint64
+	corrupt  float64 // the share of bodies whose middle byte is flipped
+	attempts int     // Config.ChecksumAttempts; 0 for the default
+	count    bool    // count failed fetches instead of failing
+}
+
+// faultStorm is one run of TestFetchGCSFaultStorm. It returns how many
+// objects failed (with cfg.count; otherwise any failure is fatal).
+func faultStorm(t *testing.T, seed uint64, cfg stormConfig) int {
 	const objects, size = 100, 100 << 10
 	s := startEmulator(t, emulator.Options{Buckets: []string{"bkt"}})
 	g := newTestGCS(t, s.Endpoint())
@@ -184,19 +297,25 @@ func faultStorm(t *testing.T, seed uint64) {
 		attrs[i] = putObject(t, s, g, "bkt", fmt.Sprintf("storm/%03d", i), data[i])
 	}
 	plan, err := linkshape.Random{Seed: seed + 1, StatusRate: 0.1, ResetRate: 0.1, CloseRate: 0.1,
-		ResetWithin: size, CorruptRate: 0.1, CorruptMiddle: true}.Plan()
+		ResetWithin: size, CorruptRate: cfg.corrupt, CorruptMiddle: true}.Plan()
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.SetFaults(plan)
 	// The defaults (one range per object, the attempts, the rounds) but
 	// the backoffs.
-	d := newDownloader(t, g, Config{Connections: 16, BackoffInitial: time.Millisecond, BackoffMax: 4 * time.Millisecond})
+	d := newDownloader(t, g, Config{Connections: 16, BackoffInitial: time.Millisecond, BackoffMax: 4 * time.Millisecond,
+		ChecksumAttempts: cfg.attempts})
 	var eg errgroup.Group
 	got := make([][]byte, objects)
+	var failed atomic.Int32
 	for i := range objects {
 		eg.Go(func() (err error) {
 			got[i], err = fetchFile(t, d, attrs[i], nil)
+			if err != nil && cfg.count && errors.Is(err, object.ErrChecksum) {
+				failed.Add(1)
+				got[i], err = nil, nil
+			}
 			return err
 		})
 	}
@@ -204,8 +323,11 @@ func faultStorm(t *testing.T, seed uint64) {
 		t.Fatal(err)
 	}
 	for i := range objects {
-		checkBytes(t, fmt.Sprint("object ", i), got[i], data[i])
+		if got[i] != nil || !cfg.count {
+			checkBytes(t, fmt.Sprint("object ", i), got[i], data[i])
+		}
 	}
 	st := d.Stats()
 	t.Logf("%d GETs, %d CRC failures, retries %v", s.MediaGETs(), st.CRCFailures, st.Retries)
+	return int(failed.Load())
 }

@@ -72,11 +72,19 @@ func xPowBytes(n int64) uint32 {
 	return p
 }
 
+// crc32cShift returns what a CRC32C of crc at the start of a part
+// contributes to the CRC32C of that part followed by n more bytes: the
+// combination is linear in it (crc32cCombine(a, b, n) is
+// crc32cShift(a, n) ^ b).
+func crc32cShift(crc uint32, n int64) uint32 {
+	if n <= 0 {
+		return crc
+	}
+	return gfMul(crc, xPowBytes(n))
+}
+
 // crc32cCombine returns the CRC32C of A‖B given crcA = CRC32C(A),
 // crcB = CRC32C(B) and lenB = len(B). A zero-length B leaves crcA unchanged.
 func crc32cCombine(crcA, crcB uint32, lenB int64) uint32 {
-	if lenB <= 0 {
-		return crcA ^ crcB // crcB is 0 for an empty B
-	}
-	return gfMul(crcA, xPowBytes(lenB)) ^ crcB
+	return crc32cShift(crcA, lenB) ^ crcB // crcB is 0 for an empty B
 }

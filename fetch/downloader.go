@@ -68,9 +68,11 @@ type Config struct {
 	SmallConnections int
 	// ChecksumAttempts is how many rounds of reads an object may take
 	// before a CRC32C mismatch fails it with ErrChecksum: the first reads
-	// it whole, the second whole again, later ones only the parts the
-	// earlier reads disagree on (everything if they all agree), each round
-	// through ranges cut elsewhere than the last (see checkunits.go).
+	// it whole, the second whole again through ranges cut elsewhere, later
+	// ones only the parts whose right bytes (as the object's CRC picks
+	// them out of the values read) are not in place, or failing that the
+	// parts the earlier reads disagree on (everything if they all agree);
+	// see checkunits.go.
 	// Rounds after the first wait a backoff like a range retry. 1 disables
 	// re-reads. Default 8.
 	ChecksumAttempts int
@@ -313,9 +315,11 @@ func (d *Downloader) fetch(ctx context.Context, a object.Attrs, dst io.WriterAt,
 	units := newCheckUnits(a.Size, unitFor(a.Size, d.unit))
 	todo := units.all()
 	rctx := ctx // the rounds after a mismatch run on a context marked Reread
+	shift := 0
 	for try := 1; ; try++ {
-		// Each round cuts its ranges elsewhere (see checkUnits).
-		rs, err := d.fetchRound(rctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize, try-1))
+		// Rounds after the first cut their ranges elsewhere (shift; see
+		// checkUnits).
+		rs, err := d.fetchRound(rctx, a, dst, u, order, units.ranges(todo, d.cfg.SliceSize, shift))
 		if err != nil {
 			return err
 		}
@@ -327,9 +331,25 @@ func (d *Downloader) fetch(ctx context.Context, a object.Attrs, dst io.WriterAt,
 			return nil
 		}
 		d.stats.crcFailures.Add(1)
-		// Only the assembled object shows a flipped byte: read again what
-		// no two reads agree on; if they all agree, everything.
-		todo = units.unconfirmed()
+		// Only the assembled object shows a flipped byte: read again the
+		// units whose right values the object's CRC picks out and the
+		// destination lacks; failing that, what no two reads agree on; if
+		// they all agree, everything.
+		if units.solve(a.CRC32C) || units.good != nil { // an earlier solve's still holds
+			todo = units.wrong()
+			// One range per run of those units when the last round was cut
+			// elsewhere: a read that arrives corrupt again costs a round,
+			// never the bytes that are right. Every other round is cut
+			// elsewhere still, to move a corruption tied to a position.
+			if shift != 0 {
+				shift = 0
+			} else {
+				shift = try
+			}
+		} else {
+			todo = units.unconfirmed()
+			shift = try
+		}
 		if try >= d.cfg.ChecksumAttempts {
 			same := ""
 			if len(todo) == 0 {
