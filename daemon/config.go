@@ -499,6 +499,12 @@ func (f FetchConfig) Downloader() fetch.Config {
 // (each is a goroutine and a reservation of disk space).
 const maxInFlight = 4096
 
+// inFlight is how many objects prefetch and the planner keep in flight
+// (see Tier).
+func (c Config) inFlight() int {
+	return min(max(tier.DefaultPrefetchParallelism, c.Fetch.Reads()), maxInFlight)
+}
+
 // Reads is how many range reads the fetch section allows at once: the main
 // budget and the small-object lane's (as many again when not set).
 func (f FetchConfig) Reads() int {
@@ -521,7 +527,7 @@ func (f FetchConfig) Reads() int {
 // half of them).
 func (c Config) Tier(src object.Source, dl tier.Downloader, log *slog.Logger) tier.Config {
 	return tier.Config{
-		PrefetchParallelism: min(max(tier.DefaultPrefetchParallelism, c.Fetch.Reads()), maxInFlight),
+		PrefetchParallelism: c.inFlight(),
 		Dir:                 c.Tiers.Disk.Dir,
 		MaxBytes:            int64(c.Tiers.Disk.Max),
 		ShmDir:              c.Tiers.Shm.Dir,

@@ -228,6 +228,19 @@ func TestReload(t *testing.T) {
 	if st.Fetch.Connections != 3 || st.Fetch.SliceBytes != 256<<10 {
 		t.Errorf("after reload: fetch %+v; want 3 connections and the running slice size", st.Fetch)
 	}
+	// More connections: prefetch and the planner keep more objects in
+	// flight (both lanes' reads: 100 + 100).
+	more := next
+	more.Fetch.Connections = 100
+	if _, err := d.Reload(ctx, more); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.cache.PrefetchParallelism(); got != 200 {
+		t.Errorf("objects in flight after reloading 100 connections = %d; want 200", got)
+	}
+	if _, err := d.Reload(ctx, next); err != nil {
+		t.Fatal(err)
+	}
 	js, err := c.Jobs(ctx)
 	if err != nil || len(js) != 2 || js[1].Kind != control.KindWarm || js[1].URI != "gs://bkt/b/" {
 		t.Fatalf("jobs after adding a warm source = %+v, %v; want a warm job", js, err)

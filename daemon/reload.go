@@ -59,6 +59,7 @@ func (d *Daemon) reload(ctx context.Context, cfg Config) ([]string, error) {
 		if err := set(cfg.Fetch.Connections); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
+		d.cache.SetPrefetchParallelism(cfg.inFlight()) // as many objects as the lanes allow reads
 		applied.Fetch.Connections = cfg.Fetch.Connections
 		changed = append(changed, "fetch.connections")
 	}

@@ -94,7 +94,8 @@ type Config struct {
 	// Logger receives warnings and start-up summaries; nil discards them.
 	Logger *slog.Logger
 	// PrefetchParallelism is how many objects Prefetch downloads at once,
-	// and the planner too (see Plan). 0 means DefaultPrefetchParallelism.
+	// and the planner too (see Plan). 0 means DefaultPrefetchParallelism;
+	// Cache.SetPrefetchParallelism changes it.
 	PrefetchParallelism int
 	// PackBelow is the size under which objects are packed: appended to
 	// segment files of the base tier (page-aligned, synced and indexed in

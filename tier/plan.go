@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/cacheagent/cacheagent/object"
@@ -44,7 +45,7 @@ const (
 var ErrNoPlan = errors.New("tier: no such plan")
 
 // plans is what the cache knows of the announced plans. Every field but
-// wake is guarded by Cache.mu.
+// wake and inflight is guarded by Cache.mu.
 type plans struct {
 	// inflight is how many objects the planner fetches at once
 	// (Config.PrefetchParallelism): enough to keep a downloader's
@@ -53,8 +54,9 @@ type plans struct {
 	// the connections they use. Measured (bench/pyplan.py, 2000
 	// objects of 100 KiB behind a 20 ms first byte, on an idle host): 16
 	// in flight took 4.1-4.3 s, 64 took 3.2 s on 8 + 8 connections and
-	// 2.2 s on 32 + 32.
-	inflight int
+	// 2.2 s on 32 + 32. Prefetch takes it as its window too, and
+	// Cache.SetPrefetchParallelism changes it.
+	inflight atomic.Int32
 	wake     chan struct{} // capacity 1: wakes the planner goroutine
 	idx      *plan.Index[string]
 	readers  map[string]*reader       // by plan id
@@ -98,11 +100,13 @@ type planned struct {
 // newPlans returns the state of a cache without plans, whose planner
 // fetches up to inflight objects at once.
 func newPlans(inflight int) *plans {
-	return &plans{inflight: inflight, wake: make(chan struct{}, 1), idx: plan.NewIndex[string](),
+	p := &plans{wake: make(chan struct{}, 1), idx: plan.NewIndex[string](),
 		readers: make(map[string]*reader),
 		fetch:   plan.Meter{HalfLife: planFetchHalfLife},
 		objects: make(map[string]planned), dirs: make(map[string]*planDir),
 		failed: make(map[string]bool), busy: make(map[string]bool)}
+	p.inflight.Store(int32(inflight))
+	return p
 }
 
 // active reports whether victims are chosen by plan (p may be nil).
@@ -229,7 +233,7 @@ func (p *plans) openedLocked(k string) {
 // plan needs again, so a cache smaller than a plan loses no hits to
 // prefetching (a plan's second epoch over a cache of half its objects reads
 // about half of them again).
-func (p *plans) evictAhead() int { return p.inflight + 1 }
+func (p *plans) evictAhead() int { return int(p.inflight.Load()) + 1 }
 
 // dueLocked reports whether planned object k is yet to be read: a plan
 // holds it and it was not opened since. A reader's position may run ahead

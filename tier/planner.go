@@ -99,9 +99,9 @@ func (c *Cache) planLoop() {
 			c.planDone(r)
 			c.hooks.Load().onPlanned(1, r.err)
 		}
-		if inflight < c.plans.inflight && ctx.Err() == nil {
+		if limit := int(c.plans.inflight.Load()); inflight < limit && ctx.Err() == nil {
 			c.mu.Lock()
-			todo := c.planNextLocked(c.plans.inflight - inflight)
+			todo := c.planNextLocked(limit - inflight)
 			lists := c.plans.startListingsLocked(todo, time.Now())
 			c.mu.Unlock()
 			for _, l := range lists {
@@ -281,7 +281,7 @@ func (p *plans) lookaheadLocked(item, limit int64) int64 {
 	cr, _ := p.consume.Rate()
 	remaining := p.remainingLocked(item)
 	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, remaining, limit)
-	floor := max(int64(p.inflight+1)*item, int64(fr*planLookaheadTime.Seconds()))
+	floor := max((int64(p.inflight.Load())+1)*item, int64(fr*planLookaheadTime.Seconds()))
 	floor = min(floor, remaining)
 	if limit > 0 {
 		floor = min(floor, limit)

@@ -46,8 +46,8 @@ func (c *Cache) Prefetch(ctx context.Context, objs []object.Attrs, p object.Prio
 // once, the sooner the first ones are done and cross the peer links while
 // the owners fill the next (see daemon.prefetchObjects).
 func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p object.Priority, window int, progress func(Progress)) error {
-	if window <= 0 || window > c.cfg.parallelism {
-		window = c.cfg.parallelism
+	if limit := int(c.plans.inflight.Load()); window <= 0 || window > limit {
+		window = limit
 	}
 	end, err := c.begin()
 	if err != nil {

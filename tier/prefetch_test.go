@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/object"
 )
@@ -152,5 +153,38 @@ func TestPrefetchWindow(t *testing.T) {
 		if _, ok := c.Lookup(a.Bucket, a.Name); !ok {
 			t.Errorf("%s not cached", a.Name)
 		}
+	}
+}
+
+// TestSetPrefetchParallelism: a Prefetch started after the change keeps
+// at most the new count of downloads in flight.
+func TestSetPrefetchParallelism(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	if got := c.PrefetchParallelism(); got != DefaultPrefetchParallelism {
+		t.Fatalf("PrefetchParallelism = %d; want the default %d", got, DefaultPrefetchParallelism)
+	}
+	c.SetPrefetchParallelism(0)
+	if got := c.PrefetchParallelism(); got != 1 {
+		t.Fatalf("PrefetchParallelism after setting 0 = %d; want 1 (the least)", got)
+	}
+	var objs []object.Attrs
+	for i, name := range []string{"a", "b", "c", "d"} {
+		objs = append(objs, env.put(t, "bkt", name, pattern(i, 1000)))
+	}
+	var cur, most atomic.Int32
+	env.dl.before = func(ctx context.Context, a object.Attrs, u *object.Urgency) error {
+		n := cur.Add(1)
+		defer cur.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(5 * time.Millisecond) // long enough for a second download to overlap, were it started
+		return nil
+	}
+	if err := c.Prefetch(context.Background(), objs, object.Warm, nil); err != nil {
+		t.Fatalf("Prefetch = %v", err)
+	}
+	if got := most.Load(); got != 1 {
+		t.Errorf("at most %d downloads in flight; want 1", got)
 	}
 }

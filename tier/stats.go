@@ -3,6 +3,7 @@ package tier
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/dustin/go-humanize"
 
@@ -53,6 +54,19 @@ func (c *Cache) MaxBytes() int64 {
 	defer c.mu.Unlock()
 	return c.base.maxBytes
 }
+
+// SetPrefetchParallelism changes how many objects Prefetch and the
+// planner keep in flight (Config.PrefetchParallelism) to n, at least 1:
+// for the planner at once, for a Prefetch from its start.
+func (c *Cache) SetPrefetchParallelism(n int) {
+	c.plans.inflight.Store(int32(min(max(n, 1), math.MaxInt32)))
+	c.plans.notify()
+}
+
+// PrefetchParallelism returns how many objects Prefetch and the planner
+// keep in flight (as SetPrefetchParallelism last set it, or as
+// configured).
+func (c *Cache) PrefetchParallelism() int { return int(c.plans.inflight.Load()) }
 
 // SetMaxBytes changes the base tier's byte budget (n > 0; 0 means the
 // default share of the filesystem's size now: 90%, or a quarter when
