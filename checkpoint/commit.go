@@ -213,7 +213,7 @@ func (s *Store) unclaim(u object.URI, id string) {
 
 // pinNewest keeps the newest Config.KeepLocal committed checkpoints of
 // sv's run (the prefix's parent) pinned in the cache and unpins the older
-// ones this agent saved.
+// ones this agent saved. Stopping cuts it short; Open pins again.
 func (s *Store) pinNewest(ctx context.Context, sv *save) {
 	if s.cfg.KeepLocal < 0 {
 		return
@@ -236,7 +236,10 @@ func (s *Store) pinNewest(ctx context.Context, sv *save) {
 		} else {
 			_, err = s.cfg.Cache.Unpin(ctx, p.Bucket, p.Name)
 		}
-		if err != nil && !errors.Is(err, tier.ErrClosed) {
+		if ctx.Err() != nil || errors.Is(err, tier.ErrClosed) {
+			return // stopping: the next start pins them (see resume)
+		}
+		if err != nil {
 			s.log.Warn("checkpoint: pin the newest checkpoints", "uri", o.j.URI, "err", err)
 		}
 	}

@@ -197,6 +197,15 @@ func (s *Store) resume(ctx context.Context) error {
 			s.start(sv)
 		}
 	}
+	// An adoption records itself before it pins the run's newest
+	// checkpoints: a stop in between leaves pins to finish.
+	runs := make(map[string]bool)
+	for _, sv := range s.saves {
+		if run := runOf(sv.j.URI); sv.j.Adopted && sv.j.Failed == "" && !runs[run] {
+			runs[run] = true
+			s.pinNewest(ctx, sv)
+		}
+	}
 	os.RemoveAll(filepath.Join(s.cfg.Dir, "staging"))
 	return os.MkdirAll(filepath.Join(s.cfg.Dir, "staging"), 0o711)
 }

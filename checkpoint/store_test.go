@@ -260,6 +260,44 @@ func TestResume(t *testing.T) {
 	}
 }
 
+// TestResumePins: pins an adoption did not get to write (the agent
+// stopped between recording the adoption and pinning) are written at the
+// next Open: the newest checkpoints of a run are pinned, older ones not.
+func TestResumePins(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{KeepLocal: 1}, 0)
+	older, newer := uri(t, "run3/step-1/"), uri(t, "run3/step-2/")
+	for _, u := range []object.URI{older, newer} {
+		if _, err := e.store.Save(ctx, e.writeTree(dcpFiles()), u, SaveOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitGCS(u)
+	}
+	pinned := func() int64 { return e.cache.Stats().Tiers[0].PinnedBytes }
+	one := pinned()
+	if one == 0 {
+		t.Fatal("no checkpoint pinned after two commits; want the newest")
+	}
+	// As if the agent stopped before pinning: the newer unpinned, the
+	// older still pinned.
+	if _, err := e.cache.Unpin(ctx, testBucket, newer.Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cache.Pin(ctx, testBucket, older.Path); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.open()
+	if got := pinned(); got != one {
+		t.Errorf("%d bytes pinned after reopening; want %d (the newest checkpoint only)", got, one)
+	}
+	if n, err := e.cache.Unpin(ctx, testBucket, older.Path); err != nil || n != 0 {
+		t.Errorf("the older checkpoint: %d entries still pinned (%v); want none", n, err)
+	}
+}
+
 // TestUploadStorm saves through uploads that fail often (503s and
 // connections reset mid-body): the save commits, every object intact.
 func TestUploadStorm(t *testing.T) {
