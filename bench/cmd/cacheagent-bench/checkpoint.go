@@ -34,6 +34,7 @@ type benchCkptConfig struct {
 	dir                  string
 	asJSON, directOnce   bool
 	noDirect             bool
+	emuFiles             bool
 }
 
 // ckptRound is one round's figures, in seconds.
@@ -96,6 +97,8 @@ each direction, --first-byte):
 	}
 	f := cmd.Flags()
 	f.IntVar(&bc.large, "large", 4, "large files")
+	f.BoolVar(&bc.emuFiles, "emu-files", true, "keep the emulator's objects in files under the work directory "+
+		"(its memory backend buffers each upload's body under one lock that every request takes)")
 	f.StringVar(&largeSize, "large-size", "240MiB", "size of each large file")
 	f.IntVar(&bc.small, "small", 256, "small files")
 	f.StringVar(&smallSize, "small-size", "256KiB", "size of each small file")
@@ -149,7 +152,11 @@ func runBenchCheckpoint(ctx context.Context, log io.Writer, bc *benchCkptConfig)
 			}
 		}
 	}
-	emu, err := emulator.Start(emulator.Options{Objects: objs})
+	emuOpts := emulator.Options{Objects: objs}
+	if bc.emuFiles {
+		emuOpts.Dir = filepath.Join(dir, "emu")
+	}
+	emu, err := emulator.Start(emuOpts)
 	if err != nil {
 		return benchCkptReport{}, err
 	}
