@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -506,17 +505,8 @@ func (c Config) inFlight() int {
 }
 
 // Reads is how many range reads the fetch section allows at once: the main
-// budget and the small-object lane's (as many again when not set).
-func (f FetchConfig) Reads() int {
-	n := cmp.Or(f.Connections, DefaultConnections)
-	switch {
-	case f.SmallConnections > 0:
-		n += f.SmallConnections
-	case f.SmallConnections == 0:
-		n += cmp.Or(f.Connections, DefaultConnections)
-	}
-	return n
-}
+// budget and the small-object lane's (see fetch.Config.Reads).
+func (f FetchConfig) Reads() int { return f.Downloader().Reads() }
 
 // Tier maps the tiers and fetch sections onto a cache's settings, filled
 // through dl from src. The daemon and the CLI's standalone agent open

@@ -84,6 +84,18 @@ type Config struct {
 	NoSplit bool
 }
 
+// Reads returns how many range reads a Downloader made with c allows at
+// once: Connections and, unless the lane is off (NoSmallLane), the
+// small-object lane's SmallConnections (as many as Connections when 0).
+// Zero fields count as their defaults.
+func (c Config) Reads() int {
+	n := cmp.Or(c.Connections, DefaultConnections)
+	if c.SmallObjectSize == NoSmallLane {
+		return n
+	}
+	return n + cmp.Or(c.SmallConnections, n)
+}
+
 // withDefaults validates c and fills in its zero fields.
 func (c Config) withDefaults() (Config, error) {
 	if c.SliceSize < 0 || c.Connections < 0 || c.MaxAttempts < 0 ||

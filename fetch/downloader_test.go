@@ -46,6 +46,19 @@ func TestNewDownloaderConfig(t *testing.T) {
 	if err := dl.SetConnections(0); err == nil {
 		t.Error("SetConnections(0) = nil error; want an error")
 	}
+	for _, c := range []struct {
+		cfg  Config
+		want int
+	}{
+		{Config{}, 2 * DefaultConnections},
+		{Config{Connections: 8}, 16},
+		{Config{Connections: 8, SmallConnections: 3}, 11},
+		{Config{Connections: 8, SmallConnections: 3, SmallObjectSize: NoSmallLane}, 8},
+	} {
+		if got := c.cfg.Reads(); got != c.want {
+			t.Errorf("%+v.Reads() = %d; want %d", c.cfg, got, c.want)
+		}
+	}
 }
 
 func TestFetchDirSizes(t *testing.T) {
