@@ -193,7 +193,9 @@ func (c *Cache) Close() error {
 	c.running.Wait()
 	close(c.stop)
 	c.bg.Wait()
-	c.segs.closeActive()
+	if err := c.segs.closeActive(); err != nil {
+		c.cfg.log.Warn("tier: free the active segment's unused space", "err", err)
+	}
 	ferr := c.flushAccess()
 	c.releaseCold()
 	c.idxMu.Lock()

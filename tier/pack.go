@@ -2,9 +2,11 @@ package tier
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"syscall"
 	"time"
 
 	"github.com/cacheagent/cacheagent/object"
@@ -51,10 +53,10 @@ func (c *Cache) fillPacked(ctx context.Context, a object.Attrs, u *object.Urgenc
 	return e, nil
 }
 
-// writePacked allocates a's space at off in seg (so a full disk shows up
-// before the download) and downloads a into it.
+// writePacked makes sure a's space at off in seg is allocated (so a full
+// disk shows up before the download) and downloads a into it.
 func (c *Cache) writePacked(ctx context.Context, a object.Attrs, u *object.Urgency, seg *segment, off int64) error {
-	if err := c.allocateAt(seg.f, off, a.Size, c.base, 0); err != nil {
+	if err := c.growSegment(seg, off+a.Size); err != nil {
 		return fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	end := c.downloadStarted()
@@ -63,6 +65,29 @@ func (c *Cache) writePacked(ctx context.Context, a object.Attrs, u *object.Urgen
 		return fmt.Errorf("tier: fill %s: %w", a.Object, err)
 	}
 	end(a.Size)
+	return nil
+}
+
+// growSegment allocates seg's file space up to end at least, a
+// segmentChunk at a time (never past the segment's maximum size unless end
+// is), through allocateAt's free-space check; a chunk the filesystem cannot
+// hold falls back to end alone.
+func (c *Cache) growSegment(seg *segment, end int64) error {
+	seg.allocMu.Lock()
+	defer seg.allocMu.Unlock()
+	if end <= seg.allocated {
+		return nil
+	}
+	to := max(end, min(seg.allocated+segmentChunk, c.segs.max))
+	err := c.allocateAt(seg.f, seg.allocated, to-seg.allocated, c.base, 0)
+	if errors.Is(err, syscall.ENOSPC) && to > end {
+		to = end
+		err = c.allocateAt(seg.f, seg.allocated, to-seg.allocated, c.base, 0)
+	}
+	if err != nil {
+		return err
+	}
+	seg.allocated = to
 	return nil
 }
 

@@ -116,6 +116,43 @@ func TestPackedRoundTrip(t *testing.T) {
 	}
 }
 
+// TestSegmentAllocatedAhead: the active segment's space is allocated a
+// chunk ahead of its objects, and what is left past the last object is
+// freed when Close seals it.
+func TestSegmentAllocatedAhead(t *testing.T) {
+	env := newDirEnv(t)
+	dir := t.TempDir()
+	c := openCache(t, env.packConfig(dir, 64<<20))
+	var want int64
+	for i := range 3 {
+		name := fmt.Sprintf("a%d", i)
+		env.put(t, "bkt", name, pattern(i, 10000))
+		openRead(t, c, obj("bkt", name), pattern(i, 10000))
+		want += roundUp(10000, c.segs.align)
+	}
+	segs := segFiles(t, dir)
+	if len(segs) != 1 {
+		t.Fatalf("segments = %v; want one", segs)
+	}
+	p := filepath.Join(dir, dataName, segName, segs[0])
+	if got := blocksAt(t, p); got < segmentChunk {
+		t.Fatalf("the segment has %d bytes allocated; want a chunk ahead, %d", got, segmentChunk)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := blocksAt(t, p); got != want {
+		t.Errorf("after Close the segment has %d bytes allocated; want %d (its objects')", got, want)
+	}
+	c2 := openCache(t, env.packConfig(dir, 64<<20))
+	for i := range 3 {
+		openRead(t, c2, obj("bkt", fmt.Sprintf("a%d", i)), pattern(i, 10000))
+	}
+	if n := env.dl.calls.Load(); n != 3 {
+		t.Errorf("downloads = %d; want 3 (none after the restart)", n)
+	}
+}
+
 // TestPackedEvictionPunchesHoles evicts packed objects while a reader holds
 // one open: their blocks leave the segment at once, the held one stays
 // readable until its handle closes, and a sealed segment left empty is

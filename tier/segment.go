@@ -42,6 +42,14 @@ const segSuffix = ".seg"
 // it costs little on a filesystem without hole punching.
 const segmentMax = 256 << 20
 
+// segmentChunk is how much space the active segment's file is allocated
+// at a time, ahead of the fills that write into it: one fallocate (and
+// free-space check) per forty 100 KiB objects rather than one each, which
+// took about 7% of a small-object prefetch's CPU (VM2). What a segment is
+// allocated past its last object is freed when it is sealed at Close, and
+// after a crash by the next start's reconcile.
+const segmentChunk = 4 << 20
+
 // pageSize is the alignment every packed offset has at least, whatever the
 // machine: an index record with another is malformed.
 const pageSize = 4096
@@ -63,6 +71,11 @@ type segment struct {
 	// when it drops to 0 after it was sealed.
 	fills  int
 	sealed bool
+	// allocMu guards allocated: the bytes from the file's start that
+	// have space allocated (see Cache.growSegment). A leaf lock, taken
+	// with or without segments.mu.
+	allocMu   sync.Mutex
+	allocated int64
 }
 
 // segments are the base tier's segment files.
@@ -236,13 +249,23 @@ func (s *segments) removeIfEmptyLocked(seg *segment) error {
 	return nil
 }
 
-// closeActive seals the active segment at Close.
-func (s *segments) closeActive() {
+// closeActive seals the active segment at Close, once no fill writes,
+// and frees the space allocated past its last object.
+func (s *segments) closeActive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.active != nil {
-		s.sealLocked(s.active)
+	seg := s.active
+	if seg == nil {
+		return nil
 	}
+	var err error
+	seg.allocMu.Lock()
+	if seg.f != nil && seg.allocated > s.end {
+		err = punch(seg.f, s.end, seg.allocated-s.end)
+	}
+	seg.allocMu.Unlock()
+	s.sealLocked(seg)
+	return err
 }
 
 // punch frees the blocks of [off, off+n) in the file open as f. A
