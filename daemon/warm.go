@@ -15,7 +15,8 @@ import (
 const warmParallelism = 32
 
 // fleetWindowPerMember sizes a fleet node's prefetch window: this many
-// objects in flight per member (at most tier's PrefetchParallelism, 64).
+// objects in flight per member (at most the cache's PrefetchParallelism:
+// as many as the fetch lanes allow reads, at least 64; see Config.Tier).
 // Owners fill what they are asked for side by side, sharing their GCS
 // link, so a wide window makes every object finish late and cross the
 // peer links together at the end; a narrow one lets the first objects
