@@ -25,7 +25,8 @@
 // # Uploading and committing
 //
 // Each save's files are uploaded on the store's own connections
-// (Config.Connections), so readers never wait for an upload's. A file up
+// (Config.Connections), so readers never wait for an upload's; a compose
+// or a delete moves no data and takes none of them. A file up
 // to Config.PartSize is one object (one request, or a resumable upload in
 // 16 MiB chunks above 16 MiB); a larger one is uploaded as parts of at
 // most Config.PartSize (up to 32: larger for files above 32 parts) in

@@ -99,11 +99,13 @@ func (s *Store) run(sv *save) {
 // one request, a large one as parts composed once all are up. The requests
 // start in file order, at most Connections at a time, so that files are
 // done one after another and a file's compose overlaps the next files'
-// parts instead of every compose waiting for the end.
+// parts instead of every compose waiting for the end. A compose moves no
+// bytes from here: it takes neither an upload's turn nor a connection of
+// the budget, which would idle while the server composes.
 func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(s.cfg.Connections)
-	var jmu sync.Mutex // orders the journal's rewrites
+	turns := make(chan struct{}, s.cfg.Connections) // uploads running
+	var jmu sync.Mutex                              // orders the journal's rewrites
 	done := func(i int, a object.Attrs) error {
 		jmu.Lock()
 		defer jmu.Unlock()
@@ -117,20 +119,36 @@ func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 		s.mu.Unlock()
 		return writeJournal(sv.dir, &j)
 	}
+	// upload runs f on g once an upload's turn is free, in call order.
+	upload := func(f func() error) bool {
+		select {
+		case turns <- struct{}{}:
+		case <-gctx.Done():
+			return false
+		}
+		g.Go(f)
+		return true
+	}
+	endTurn := func() { <-turns }
 	for i, f := range sv.j.Files {
+		ok := true
 		switch {
 		case f.Generation != 0:
 		case f.Size > s.cfg.PartSize:
-			s.uploadParts(gctx, g, sv, i, done)
+			ok = s.uploadParts(gctx, g, upload, endTurn, sv, i, done)
 		default:
-			g.Go(func() error {
+			ok = upload(func() error {
 				a, err := s.create(gctx, sv, s.objectOf(sv, f.Name), dataPath(sv.dir, i), 0, f.Size, f.CRC32C,
 					f.Size > chunkAbove)
+				endTurn()
 				if err != nil {
 					return err
 				}
 				return done(i, a)
 			})
+		}
+		if !ok {
+			break
 		}
 	}
 	return g.Wait()
@@ -172,12 +190,13 @@ func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string,
 	return a, err
 }
 
-// uploadParts runs on g the uploads of file i of sv as up to maxParts
-// parts of at most Config.PartSize (larger when that makes more than
-// maxParts); the last part up composes them into the file's object,
-// deletes them and calls done.
-func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, sv *save, i int,
-	done func(int, object.Attrs) error) {
+// uploadParts uploads file i of sv as up to maxParts parts of at most
+// Config.PartSize (larger when that makes more than maxParts), each started
+// through upload (which reports false once the uploads are cancelled) and
+// calling endTurn when it is up; the last part up composes them into the
+// file's object on g, deletes them and calls done.
+func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, upload func(func() error) bool, endTurn func(),
+	sv *save, i int, done func(int, object.Attrs) error) bool {
 	f := sv.j.Files[i]
 	p := dataPath(sv.dir, i)
 	n := min(int64(maxParts), (f.Size+s.cfg.PartSize-1)/s.cfg.PartSize)
@@ -188,25 +207,31 @@ func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, sv *save, i 
 	for k := range n {
 		off := k * size
 		m := min(size, f.Size-off)
-		g.Go(func() error {
-			crc, err := sectionCRC(p, off, m)
-			if err != nil {
+		ok := upload(func() error {
+			err := func() error {
+				defer endTurn()
+				crc, err := sectionCRC(p, off, m)
+				if err != nil {
+					return err
+				}
+				a, err := s.create(ctx, sv, s.partOf(sv, i, int(k)), p, off, m, crc, m > partChunkAbove)
+				parts[k] = a.Object
+				return err
+			}()
+			if err != nil || left.Add(-1) > 0 {
 				return err
 			}
-			a, err := s.create(ctx, sv, s.partOf(sv, i, int(k)), p, off, m, crc, m > partChunkAbove)
+			a, err := s.compose(ctx, sv, i, parts)
 			if err != nil {
-				return err
-			}
-			parts[k] = a.Object
-			if left.Add(-1) > 0 {
-				return nil
-			}
-			if a, err = s.compose(ctx, sv, i, parts); err != nil {
 				return err
 			}
 			return done(i, a)
 		})
+		if !ok {
+			return false
+		}
 	}
+	return true
 }
 
 // compose writes file i of sv as the composition of its parts, then
@@ -216,11 +241,7 @@ func (s *Store) compose(ctx context.Context, sv *save, i int, parts []object.Obj
 	o := s.objectOf(sv, f.Name)
 	var a object.Attrs
 	err := s.retry(ctx, sv, func() error {
-		release, err := s.acquire(ctx)
-		if err != nil {
-			return err
-		}
-		defer release()
+		var err error
 		a, err = s.cfg.Bucket.Compose(ctx, o, parts, f.Size, fetch.WriteOptions{CRC32C: f.CRC32C, Metadata: s.metadata(sv)})
 		if errors.Is(err, object.ErrExists) {
 			a, err = s.owned(ctx, sv, o, f.Size, f.CRC32C)
