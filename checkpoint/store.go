@@ -97,6 +97,7 @@ type Store struct {
 	wg   sync.WaitGroup // uploads
 
 	sweep chan struct{} // asks replicaLoop to sweep now; capacity 1
+	wb    *writeback    // nil without inotify
 
 	mu      sync.Mutex
 	saves   map[string]*save // by id
@@ -150,6 +151,13 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.Fleet != nil {
 		s.wg.Go(s.replicaLoop)
+	}
+	if wb, err := newWriteback(filepath.Join(cfg.Dir, "staging"), log); err != nil {
+		log.Warn("checkpoint: no writeback of staging directories as they are written (saves flush all "+
+			"their files themselves)", "err", err)
+	} else {
+		s.wb = wb
+		s.wg.Go(func() { wb.run(sctx) })
 	}
 	return s, nil
 }

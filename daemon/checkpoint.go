@@ -214,15 +214,8 @@ func (d *Daemon) handleCheckpointStaging(w http.ResponseWriter, r *http.Request)
 		writeError(w, err)
 		return
 	}
-	var b [8]byte
-	rand.Read(b[:])
-	dir := filepath.Join(d.ckptDir(), "staging", hex.EncodeToString(b[:]))
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := checkpoint.GiveDir(dir, owner); err != nil {
-		os.Remove(dir)
+	dir, err := d.ckpt.Staging(owner)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
