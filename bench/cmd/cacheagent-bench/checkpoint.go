@@ -41,6 +41,7 @@ type benchCkptConfig struct {
 type ckptRound struct {
 	FsyncWrite float64 `json:"fsync_write_s"` // the files written with fsync: the baseline of a save
 	Stall      float64 `json:"stall_s"`       // written into a staging directory + save --wait local
+	StallSave  float64 `json:"stall_save_s"`  // of which save --wait local (the rest is writing the files)
 	Upload     float64 `json:"upload_s"`      // from the save's return to "gcs"
 	DirectSeq  float64 `json:"direct_seq_s"`  // uploaded straight to GCS, file after file
 	DirectPar  float64 `json:"direct_par_s"`  // uploaded straight to GCS, connections at once
@@ -70,7 +71,8 @@ large files and many small ones saved through a cacheagent daemon (the
 binary beside this one) over a shaped emulator (--rate per connection in
 each direction, --first-byte):
 
-  stall        files written into a staging directory + save --wait local,
+  stall        files written into a staging directory + save --wait local
+               (in brackets: the save, the rest is writing the files),
                vs the same files written with fsync (and vs uploading them
                straight to GCS, file after file and --connections at once)
   upload       from the save's return to "gcs", vs bytes/(connections × rate)
@@ -197,7 +199,7 @@ func runBenchCheckpoint(ctx context.Context, log io.Writer, bc *benchCkptConfig)
 		}
 		os.RemoveAll(filepath.Join(dir, fmt.Sprintf("fsync-%d", r)))
 		uri := fmt.Sprintf("gs://bench/ckpt/run/step-%d/", r)
-		if rd.Stall, rd.Upload, err = saveThrough(ctx, c, uri, files); err != nil {
+		if rd.Stall, rd.StallSave, rd.Upload, err = saveThrough(ctx, c, uri, files); err != nil {
 			return rep, err
 		}
 		if !bc.noDirect && (!bc.directOnce || r == 0) {
@@ -214,7 +216,7 @@ func runBenchCheckpoint(ctx context.Context, log io.Writer, bc *benchCkptConfig)
 		// A save uploads while the other dataset is read cold.
 		done := make(chan error, 1)
 		go func() {
-			_, _, err := saveThrough(ctx, c, fmt.Sprintf("gs://bench/ckpt/run/busy-%d/", r), files)
+			_, _, _, err := saveThrough(ctx, c, fmt.Sprintf("gs://bench/ckpt/run/busy-%d/", r), files)
 			done <- err
 		}()
 		time.Sleep(time.Duration(rd.Stall * float64(time.Second))) // the upload has begun
@@ -260,24 +262,25 @@ func writeFiles(dir string, files []ckptFile, sync bool) (float64, error) {
 
 // saveThrough saves files as uri through the daemon, as a training job
 // does (a staging directory, written, saved at "local"), and returns the
-// stall and the upload's time after it.
-func saveThrough(ctx context.Context, c *control.Client, uri string, files []ckptFile) (stall, upload float64, err error) {
+// stall, the save's part of it, and the upload's time after it.
+func saveThrough(ctx context.Context, c *control.Client, uri string, files []ckptFile) (stall, save, upload float64, err error) {
 	t0 := time.Now()
 	dir, err := c.CheckpointStaging(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if _, err := writeFiles(dir, files, false); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
+	ts := time.Now()
 	if _, err := c.SaveCheckpoint(ctx, dir, uri, control.DurabilityLocal); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	t1 := time.Now()
 	if _, err := c.WaitCheckpoint(ctx, uri, control.DurabilityGCS, 0); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return t1.Sub(t0).Seconds(), time.Since(t1).Seconds(), nil
+	return t1.Sub(t0).Seconds(), t1.Sub(ts).Seconds(), time.Since(t1).Seconds(), nil
 }
 
 // uploadDirect uploads files straight to the bucket under prefix, conns
@@ -336,7 +339,7 @@ func printBenchCheckpoint(w io.Writer, r benchCkptReport, asJSON bool) error {
 	fmt.Fprintf(w, "checkpoint C = %s in %d files; link %s/s per connection × %d; ideal upload %.2fs; read dataset %s\n",
 		humanize.IBytes(uint64(r.Bytes)), r.Files, humanize.Bytes(r.RateBps), r.Connections, r.IdealUpload,
 		humanize.IBytes(uint64(r.ReadBytes)))
-	fmt.Fprintln(w, "round  fsync-write  stall  stall/fsync  direct-seq/stall  direct-par/stall  upload  ideal/upload  read-alone  read-during  slowdown")
+	fmt.Fprintln(w, "round  fsync-write  stall (save)  stall/fsync  direct-seq/stall  direct-par/stall  upload  ideal/upload  read-alone  read-during  slowdown")
 	ratio := func(a, b float64) string {
 		if a == 0 {
 			return "-"
@@ -344,8 +347,8 @@ func printBenchCheckpoint(w io.Writer, r benchCkptReport, asJSON bool) error {
 		return fmt.Sprintf("%.1f×", a/b)
 	}
 	for i, rd := range r.Rounds {
-		fmt.Fprintf(w, "%5d  %10.2fs %5.2fs  %10.2f×  %16s  %16s  %5.2fs  %11.2f  %9.2fs  %10.2fs  %+7.1f%%\n",
-			i+1, rd.FsyncWrite, rd.Stall, rd.Stall/rd.FsyncWrite, ratio(rd.DirectSeq, rd.Stall), ratio(rd.DirectPar, rd.Stall),
+		fmt.Fprintf(w, "%5d  %10.2fs %5.2fs (%.2fs)  %10.2f×  %16s  %16s  %5.2fs  %11.2f  %9.2fs  %10.2fs  %+7.1f%%\n",
+			i+1, rd.FsyncWrite, rd.Stall, rd.StallSave, rd.Stall/rd.FsyncWrite, ratio(rd.DirectSeq, rd.Stall), ratio(rd.DirectPar, rd.Stall),
 			rd.Upload, r.IdealUpload/rd.Upload, rd.ReadAlone, rd.ReadDuring, 100*(rd.ReadDuring/rd.ReadAlone-1))
 	}
 	return nil
