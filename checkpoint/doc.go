@@ -20,7 +20,9 @@
 // computes its CRC32C once and fsyncs it. Symlinks and special files are
 // refused (ErrUnsafeFile) and a file that changes meanwhile is ErrChanged;
 // on any error the directory is as it was. The save is then durable on
-// this agent (state "local") and Save returns.
+// this agent (state "local") and Save returns. A directory from
+// Store.Staging is written back while the job writes into it (inotify,
+// sync_file_range), so that the save's fsyncs find little left to write.
 //
 // # Uploading and committing
 //
