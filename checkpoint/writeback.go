@@ -55,11 +55,19 @@ type writeback struct {
 	log  *slog.Logger
 
 	kicked func(p string, err error) // testKicked when made
+	limit  int                       // most directories watched at once
 
 	mu    sync.Mutex
 	dirty map[string]struct{} // files written since the flusher last took them
 	wake  chan struct{}       // capacity 1: files are dirty
 }
+
+// writebackWatches bounds the directories a writeback watches at once:
+// the staging directories' owners make their subdirectories, and
+// inotify's watches are counted per user of the agent, whose other
+// watchers (the configuration, the disk tier) must not run out. A
+// directory past it is flushed by its save alone.
+var writebackWatches = 1024
 
 // testKicked, if set before a store opens, is called after each file's
 // writeback is started (or could not be).
@@ -72,12 +80,17 @@ func newWriteback(root string, log *slog.Logger) (*writeback, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &writeback{w: w, root: root, log: log, kicked: testKicked, dirty: make(map[string]struct{}), wake: make(chan struct{}, 1)}, nil
+	return &writeback{w: w, root: root, log: log, kicked: testKicked, limit: writebackWatches, dirty: make(map[string]struct{}), wake: make(chan struct{}, 1)}, nil
 }
 
 // watch starts the writeback of the files written under dir, a staging
-// directory the store just made (empty).
-func (b *writeback) watch(dir string) error { return b.w.Add(dir) }
+// directory the store just made (empty), or a directory in one.
+func (b *writeback) watch(dir string) error {
+	if len(b.w.WatchList()) >= b.limit {
+		return fmt.Errorf("%d directories watched already", b.limit)
+	}
+	return b.w.Add(dir)
+}
 
 // run handles the watcher's events until ctx ends, marking written files
 // dirty and watching new directories, and starts their writeback on a
@@ -123,7 +136,7 @@ func (b *writeback) created(p string) {
 	case fi.Mode().IsRegular():
 		b.mark(p)
 	case fi.IsDir():
-		if err := b.w.Add(p); err != nil {
+		if err := b.watch(p); err != nil {
 			b.log.Debug("checkpoint: writeback watch", "dir", p, "err", err)
 			return
 		}

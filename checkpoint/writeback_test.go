@@ -99,17 +99,46 @@ func TestWritebackStaging(t *testing.T) {
 	for _, name := range []string{"link", "linkdir", "fifo"} {
 		os.Remove(filepath.Join(dir, name))
 	}
-	u := uri(t, "run/step-1/")
-	ctx := context.Background()
-	if _, err := e.store.Save(ctx, dir, u, SaveOptions{Staged: true}); err != nil {
+	e.saveStaged(dir, files)
+}
+
+// TestWritebackWatchLimit: the directories a staging directory's owner
+// makes are watched up to the limit, no further; the save is as without.
+func TestWritebackWatchLimit(t *testing.T) {
+	defer func(n int) { writebackWatches = n }(writebackWatches)
+	writebackWatches = 3
+	e := newEnv(t, Config{}, 1<<30)
+	dir, err := e.store.Staging(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
+	files := make(map[string][]byte)
+	for _, d := range []string{"a", "b", "c", "d", "e"} {
+		files[d+"/x/shard.pt"] = emulator.Pattern(uint64(len(files)+1), 100<<10)
+	}
+	writeFiles(t, dir, files)
+	time.Sleep(200 * time.Millisecond) // the watcher has seen the directories
+	if n := len(e.store.wb.w.WatchList()); n > 3 {
+		t.Errorf("%d directories watched, limit 3", n)
+	}
+	e.saveStaged(dir, files)
+}
+
+// saveStaged saves the staging directory dir as gs://ckpt/run/step-1/,
+// waits for its commit and checks the objects against files.
+func (e *env) saveStaged(dir string, files map[string][]byte) {
+	e.t.Helper()
+	u := uri(e.t, "run/step-1/")
+	ctx := context.Background()
+	if _, err := e.store.Save(ctx, dir, u, SaveOptions{Staged: true}); err != nil {
+		e.t.Fatal(err)
+	}
 	if _, err := e.store.Wait(ctx, u, GCS); err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
 	for name, b := range files {
 		if got := e.readObject(object.Object{Bucket: testBucket, Name: u.Path + name}); !bytes.Equal(got, b) {
-			t.Errorf("%s: %d bytes uploaded, want its %d", name, len(got), len(b))
+			e.t.Errorf("%s: %d bytes uploaded, want its %d", name, len(got), len(b))
 		}
 	}
 }
