@@ -104,47 +104,22 @@ func (s *Store) run(sv *save) {
 // the budget, which would idle while the server composes.
 func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 	g, gctx := errgroup.WithContext(ctx)
-	turns := make(chan struct{}, s.cfg.Connections) // uploads running
-	var jmu sync.Mutex                              // orders the journal's rewrites
-	done := func(i int, a object.Attrs) error {
-		jmu.Lock()
-		defer jmu.Unlock()
-		s.mu.Lock()
-		sv.j.Files[i].Generation = a.Generation
-		sv.uploaded += sv.j.Files[i].Size
-		s.figures.UploadedBytes += sv.j.Files[i].Size
-		j := sv.j
-		j.Files = slices.Clone(j.Files)
-		s.notifyLocked()
-		s.mu.Unlock()
-		return writeJournal(sv.dir, &j)
-	}
-	// upload runs f on g once an upload's turn is free, in call order.
-	upload := func(f func() error) bool {
-		select {
-		case turns <- struct{}{}:
-		case <-gctx.Done():
-			return false
-		}
-		g.Go(f)
-		return true
-	}
-	endTurn := func() { <-turns }
+	u := &uploads{s: s, sv: sv, ctx: gctx, g: g, turns: make(chan struct{}, s.cfg.Connections)}
 	for i, f := range sv.j.Files {
 		ok := true
 		switch {
 		case f.Generation != 0:
 		case f.Size > s.cfg.PartSize:
-			ok = s.uploadParts(gctx, g, upload, endTurn, sv, i, done)
+			ok = s.uploadParts(u, i)
 		default:
-			ok = upload(func() error {
+			ok = u.start(func() error {
 				a, err := s.create(gctx, sv, s.objectOf(sv, f.Name), dataPath(sv.dir, i), 0, f.Size, f.CRC32C,
 					f.Size > chunkAbove)
-				endTurn()
+				u.endTurn()
 				if err != nil {
 					return err
 				}
-				return done(i, a)
+				return u.done(i, a)
 			})
 		}
 		if !ok {
@@ -152,6 +127,49 @@ func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 		}
 	}
 	return g.Wait()
+}
+
+// uploads is one run of uploadFiles: its requests' turns and the files
+// done.
+type uploads struct {
+	s     *Store
+	sv    *save
+	ctx   context.Context // cancelled when a request fails for good
+	g     *errgroup.Group
+	turns chan struct{} // uploads running
+	jmu   sync.Mutex    // orders the journal's rewrites
+}
+
+// start runs f on u.g once an upload's turn is free, in call order; f
+// calls endTurn when its request returns. It reports false once the run
+// is cancelled.
+func (u *uploads) start(f func() error) bool {
+	select {
+	case u.turns <- struct{}{}:
+	case <-u.ctx.Done():
+		return false
+	}
+	u.g.Go(f)
+	return true
+}
+
+// endTurn frees the turn of an upload whose request returned.
+func (u *uploads) endTurn() { <-u.turns }
+
+// done records file i as uploaded as a, in the save and its journal.
+func (u *uploads) done(i int, a object.Attrs) error {
+	u.jmu.Lock()
+	defer u.jmu.Unlock()
+	s, sv := u.s, u.sv
+	s.mu.Lock()
+	sv.j.Files[i].Generation = a.Generation
+	sv.uploaded += sv.j.Files[i].Size
+	s.figures.UploadedBytes += sv.j.Files[i].Size
+	j := sv.j
+	j.Files = slices.Clone(j.Files)
+	s.notifyLocked()
+	s.mu.Unlock()
+	return writeJournal(sv.dir, &j)
 }
 
 // objectOf returns the object of sv's file name.
@@ -190,13 +208,13 @@ func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string,
 	return a, err
 }
 
-// uploadParts uploads file i of sv as up to maxParts parts of at most
-// Config.PartSize (larger when that makes more than maxParts), each started
-// through upload (which reports false once the uploads are cancelled) and
-// calling endTurn when it is up; the last part up composes them into the
-// file's object on g, deletes them and calls done.
-func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, upload func(func() error) bool, endTurn func(),
-	sv *save, i int, done func(int, object.Attrs) error) bool {
+// uploadParts uploads file i of u's save as up to maxParts parts of at
+// most Config.PartSize (larger when that makes more than maxParts), each
+// started in its turn; the last part up composes them into the file's
+// object (outside the turns), deletes them and records the file done. It
+// reports false once the run is cancelled.
+func (s *Store) uploadParts(u *uploads, i int) bool {
+	ctx, sv := u.ctx, u.sv
 	f := sv.j.Files[i]
 	p := dataPath(sv.dir, i)
 	n := min(int64(maxParts), (f.Size+s.cfg.PartSize-1)/s.cfg.PartSize)
@@ -207,9 +225,9 @@ func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, upload func(
 	for k := range n {
 		off := k * size
 		m := min(size, f.Size-off)
-		ok := upload(func() error {
+		ok := u.start(func() error {
 			err := func() error {
-				defer endTurn()
+				defer u.endTurn()
 				crc, err := sectionCRC(p, off, m)
 				if err != nil {
 					return err
@@ -225,7 +243,7 @@ func (s *Store) uploadParts(ctx context.Context, g *errgroup.Group, upload func(
 			if err != nil {
 				return err
 			}
-			return done(i, a)
+			return u.done(i, a)
 		})
 		if !ok {
 			return false

@@ -107,6 +107,13 @@ func TestWritebackStaging(t *testing.T) {
 func TestWritebackWatchLimit(t *testing.T) {
 	defer func(n int) { writebackWatches = n }(writebackWatches)
 	writebackWatches = 3
+	sentinel := make(chan string, 64)
+	testKicked = func(p string, _ error) {
+		if filepath.Base(p) == "sentinel" {
+			sentinel <- p
+		}
+	}
+	t.Cleanup(func() { testKicked = nil })
 	e := newEnv(t, Config{}, 1<<30)
 	dir, err := e.store.Staging(nil)
 	if err != nil {
@@ -117,7 +124,16 @@ func TestWritebackWatchLimit(t *testing.T) {
 		files[d+"/x/shard.pt"] = emulator.Pattern(uint64(len(files)+1), 100<<10)
 	}
 	writeFiles(t, dir, files)
-	time.Sleep(200 * time.Millisecond) // the watcher has seen the directories
+	// Written last into the top directory, always watched: the watcher
+	// handles events in order, so once it is kicked every directory above
+	// has been seen.
+	files["sentinel"] = []byte("last")
+	writeFiles(t, dir, map[string][]byte{"sentinel": files["sentinel"]})
+	select {
+	case <-sentinel:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sentinel's writeback never started")
+	}
 	if n := len(e.store.wb.w.WatchList()); n > 3 {
 		t.Errorf("%d directories watched, limit 3", n)
 	}
