@@ -100,7 +100,8 @@ type Job struct {
 	URI      string   `json:"uri"`
 	Priority string   `json:"priority"`
 	State    JobState `json:"state"`
-	// Listed counts the objects listed so far (state listing).
+	// Listed counts the objects listed so far: in state listing, or while
+	// Progress.Listing (the objects are prefetched as they are listed).
 	Listed   int       `json:"listed"`
 	Progress Progress  `json:"progress"`
 	Error    string    `json:"error,omitempty"`
@@ -118,6 +119,9 @@ type Progress struct {
 	BytesFetched int64 `json:"bytes_fetched"`
 	Cached       int   `json:"cached"`
 	Failed       int   `json:"failed"`
+	// Listing is true while the prefix is still being listed and its
+	// objects prefetched as they come: Objects and Bytes grow until then.
+	Listing bool `json:"listing,omitempty"`
 }
 
 // PrefetchRequest starts a prefetch job: POST /v1/prefetch.

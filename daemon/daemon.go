@@ -165,8 +165,10 @@ func (d *Daemon) openCache(ctx context.Context, cfg Config) error {
 	d.jobs.cache, d.jobs.src = cache, src
 	d.stats = newStatsCache(cache)
 	d.jobs.onChange = d.stats.invalidate
-	d.jobs.onList = d.fleetListed
-	d.jobs.prefetch = d.prefetchObjects
+	if d.peers != nil { // a fleet node balances its owners over each whole listing
+		d.jobs.onList = d.fleetListed
+		d.jobs.prefetch = d.prefetchObjects
+	}
 	return nil
 }
 

@@ -46,7 +46,9 @@ type jobManager struct {
 	onChange func()
 	// onList, if set, is given the objects of each job before they are
 	// prefetched (the dataset a fleet node balances its owners over), and
-	// returns them in the order to prefetch them.
+	// returns them in the order to prefetch them. With neither onList nor
+	// prefetch set, a job prefetches the objects of its prefix as they are
+	// listed (tier.Cache.PrefetchSeq).
 	onList func(uri string, objs []object.Attrs) []object.Attrs
 
 	running sync.WaitGroup // job goroutines
@@ -112,23 +114,28 @@ func (m *jobManager) forgetLocked() {
 // run lists (unless the spec has objects) and prefetches.
 func (m *jobManager) run(ctx context.Context, j *job) {
 	defer j.cancel()
-	objs := j.spec.objects
+	progress := func(p tier.Progress) { j.update(func() { j.prog = p }) }
 	var err error
-	if objs == nil {
-		objs, err = m.list(ctx, j)
-	}
-	if err == nil && m.onList != nil {
-		objs = m.onList(j.spec.uri, objs)
-	}
-	if err == nil {
+	switch objs := j.spec.objects; {
+	case objs == nil && m.onList == nil && m.prefetch == nil:
 		j.update(func() { j.state = control.JobRunning })
-		prefetch := m.cache.Prefetch
-		if m.prefetch != nil {
-			prefetch = m.prefetch
+		err = m.cache.PrefetchSeq(ctx, m.src.List(ctx, j.spec.bucket, j.spec.prefix), j.spec.prio, 0,
+			func(p tier.Progress) { j.update(func() { j.prog, j.listed = p, p.Objects }) })
+	default:
+		if objs == nil {
+			objs, err = m.list(ctx, j)
 		}
-		err = prefetch(ctx, objs, j.spec.prio, func(p tier.Progress) {
-			j.update(func() { j.prog = p })
-		})
+		if err == nil && m.onList != nil {
+			objs = m.onList(j.spec.uri, objs)
+		}
+		if err == nil {
+			j.update(func() { j.state = control.JobRunning })
+			prefetch := m.cache.Prefetch
+			if m.prefetch != nil {
+				prefetch = m.prefetch
+			}
+			err = prefetch(ctx, objs, j.spec.prio, progress)
+		}
 	}
 	j.finish(ctx, err)
 	if m.onChange != nil {
@@ -294,7 +301,8 @@ func (j *job) watch() (control.Job, <-chan struct{}) {
 	s := control.Job{ID: j.id, Kind: j.spec.kind, URI: j.spec.uri, Priority: j.spec.prio.String(),
 		State: j.state, Listed: j.listed, Created: j.created, Finished: j.finished,
 		Progress: control.Progress{Objects: p.Objects, Bytes: p.Bytes, ObjectsDone: p.ObjectsDone,
-			BytesDone: p.BytesDone, BytesFetched: p.BytesFetched, Cached: p.Cached, Failed: p.Failed}}
+			BytesDone: p.BytesDone, BytesFetched: p.BytesFetched, Cached: p.Cached, Failed: p.Failed,
+			Listing: p.Listing}}
 	if j.err != nil {
 		s.Error = summarize(j.err)
 	}

@@ -40,8 +40,8 @@ func TestPrefetchJobWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	if final.State != control.JobDone || final.Progress.ObjectsDone != 6 || final.Progress.Objects != 6 ||
-		final.Finished.IsZero() {
-		t.Errorf("final job = %+v; want done with 6/6 objects", final)
+		final.Progress.Listing || final.Listed != 6 || final.Finished.IsZero() {
+		t.Errorf("final job = %+v; want done with 6/6 objects, all 6 listed", final)
 	}
 	if len(seen) == 0 || seen[len(seen)-1].State != control.JobDone {
 		t.Errorf("watch saw %d snapshots, the last not final", len(seen))

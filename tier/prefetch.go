@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/cacheagent/cacheagent/object"
-	"golang.org/x/sync/errgroup"
 )
 
 // Progress reports a Prefetch's advance. Byte counts are object sizes.
@@ -25,6 +26,9 @@ type Progress struct {
 	Cached int
 	// Failed counts objects that could not be cached.
 	Failed int
+	// Listing is true while the objects are still being listed
+	// (PrefetchSeq): Objects and Bytes count those listed so far.
+	Listing bool
 }
 
 // Prefetch makes sure every object in objs is cached, downloading what is
@@ -46,6 +50,47 @@ func (c *Cache) Prefetch(ctx context.Context, objs []object.Attrs, p object.Prio
 // once, the sooner the first ones are done and cross the peer links while
 // the owners fill the next (see daemon.prefetchObjects).
 func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p object.Priority, window int, progress func(Progress)) error {
+	run := &prefetchRun{fn: progress}
+	run.p.Objects = len(objs)
+	for _, a := range objs {
+		run.p.Bytes += a.Size
+	}
+	return c.prefetch(ctx, run, slices.All(objs), p, window)
+}
+
+// PrefetchSeq is PrefetchWindow over the objects a listing yields, started
+// on the first while the listing goes on (the listing of 1.28 M objects
+// takes over a minute, a page of 1,000 at a time). Until it ends,
+// Progress.Listing is true and Objects and Bytes count the objects listed
+// so far. An error from objs ends the listing: the objects listed before
+// it are still cached, and the error is returned with theirs.
+func (c *Cache) PrefetchSeq(ctx context.Context, objs iter.Seq2[object.Attrs, error], p object.Priority, window int, progress func(Progress)) error {
+	run := &prefetchRun{fn: progress, listing: true}
+	run.p.Listing = true
+	return c.prefetch(ctx, run, func(yield func(int, object.Attrs) bool) {
+		i := 0
+		for a, err := range objs {
+			if err != nil {
+				run.listFailed(err)
+				return
+			}
+			if !yield(i, a) {
+				return
+			}
+			i++
+		}
+	}, p, window)
+}
+
+// listAhead is how many listed objects wait for a prefetch worker: a page
+// of a GCS listing, so that the next page is asked for while the workers
+// are busy with this one.
+const listAhead = 1024
+
+// prefetch caches the objects objs yields with up to window of them in
+// flight, on as many workers (a goroutine per worker, not per object: each
+// grows its stack once).
+func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[int, object.Attrs], p object.Priority, window int) error {
 	if limit := int(c.plans.inflight.Load()); window <= 0 || window > limit {
 		window = limit
 	}
@@ -54,33 +99,41 @@ func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p objec
 		return err
 	}
 	defer end()
-	run := &prefetchRun{fn: progress}
-	run.p.Objects = len(objs)
-	for _, a := range objs {
-		run.p.Bytes += a.Size
-	}
 	run.report()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	var g errgroup.Group
-	g.SetLimit(window)
-	for _, a := range objs {
-		if ctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			if ctx.Err() != nil { // stopped while this one waited for a slot
-				return nil
+	work := make(chan object.Attrs, listAhead)
+	worker := func() {
+		for a := range work {
+			if ctx.Err() != nil { // stopped: the rest are drained, not fetched
+				continue
 			}
 			fetched, cached, err := c.prefetchOne(ctx, a, p)
 			if errors.Is(err, ErrNoSpace) {
 				stop(err)
 			}
 			run.done(a, fetched, cached, err)
-			return nil
-		})
+		}
 	}
-	g.Wait()
+	var workers sync.WaitGroup
+	for i, a := range objs {
+		if i < window {
+			workers.Go(worker)
+		}
+		if run.listing {
+			run.listed(a)
+		}
+		select {
+		case work <- a:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(work)
+	run.listEnded()
+	workers.Wait()
 	return run.result(ctx)
 }
 
@@ -131,11 +184,38 @@ func (c *Cache) touchIfCached(a object.Attrs) bool {
 
 // prefetchRun tracks one Prefetch call's progress and failures.
 type prefetchRun struct {
-	fn func(Progress)
+	fn      func(Progress)
+	listing bool // the totals grow as objects are listed
 
-	mu   sync.Mutex // protects p and errs, and serialises fn
-	p    Progress
-	errs []error
+	mu      sync.Mutex // protects the fields below, and serialises fn
+	p       Progress
+	errs    []error
+	listErr error
+}
+
+// listed counts one more object listed.
+func (r *prefetchRun) listed(a object.Attrs) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.p.Objects++
+	r.p.Bytes += a.Size
+}
+
+// listFailed records the error that ended the listing.
+func (r *prefetchRun) listFailed(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listErr = err
+}
+
+// listEnded marks the totals final and reports them.
+func (r *prefetchRun) listEnded() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.p.Listing {
+		r.p.Listing = false
+		r.report()
+	}
 }
 
 // report calls fn with the current progress.
@@ -167,6 +247,9 @@ func (r *prefetchRun) result(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	errs := r.errs
+	if r.listErr != nil {
+		errs = append(errs, fmt.Errorf("tier: prefetch: %w", r.listErr))
+	}
 	if r.p.ObjectsDone < r.p.Objects {
 		cause := context.Cause(ctx)
 		if !errors.Is(cause, ErrNoSpace) { // a no-space error is already among errs

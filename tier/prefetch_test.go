@@ -188,3 +188,86 @@ func TestSetPrefetchParallelism(t *testing.T) {
 		t.Errorf("at most %d downloads in flight; want 1", got)
 	}
 }
+
+// TestPrefetchSeq prefetches objects as a listing yields them: the first is
+// cached before the listing goes on, the totals grow while Listing is true,
+// and an error that ends the listing is returned after the objects listed
+// before it are cached.
+func TestPrefetchSeq(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	a := env.put(t, "bkt", "a", pattern(1, 1000))
+	b := env.put(t, "bkt", "b", pattern(2, 2000))
+	errList := errors.New("listing broke")
+	firstDone := make(chan struct{}, 1)
+	var seen []Progress
+	progress := func(p Progress) {
+		seen = append(seen, p)
+		if p.ObjectsDone == 1 {
+			select {
+			case firstDone <- struct{}{}:
+			default:
+			}
+		}
+	}
+	listing := func(yield func(object.Attrs, error) bool) {
+		if !yield(a, nil) {
+			return
+		}
+		select { // the listing goes on only once a is cached
+		case <-firstDone:
+		case <-time.After(10 * time.Second):
+			t.Error("a was not prefetched while the listing went on")
+		}
+		if !yield(b, nil) {
+			return
+		}
+		yield(object.Attrs{}, errList)
+	}
+	err := c.PrefetchSeq(context.Background(), listing, object.Warm, 0, progress)
+	if !errors.Is(err, errList) {
+		t.Errorf("PrefetchSeq = %v; want the listing's error", err)
+	}
+	if got := cached(c); len(got) != 2 {
+		t.Errorf("cached = %q; want a and b", got)
+	}
+	if len(seen) == 0 || !seen[0].Listing || seen[0].Objects != 0 {
+		t.Fatalf("first progress = %+v; want listing, no objects yet", seen)
+	}
+	grew := false
+	for _, p := range seen {
+		grew = grew || (p.Listing && p.Objects == 1 && p.ObjectsDone == 1)
+	}
+	last := seen[len(seen)-1]
+	if !grew || last.Listing || last.Objects != 2 || last.Bytes != 3000 || last.ObjectsDone != 2 || last.BytesFetched != 3000 {
+		t.Errorf("progress = %+v; want a done while listing, then 2 objects, 3000 bytes, listing over", seen)
+	}
+}
+
+// TestPrefetchSeqStopsListing stops asking the listing for more once the
+// prefetch has stopped (its context ended).
+func TestPrefetchSeqStopsListing(t *testing.T) {
+	env := newDirEnv(t)
+	c := openCache(t, env.config(t.TempDir(), 1<<20))
+	a := env.put(t, "bkt", "a", pattern(1, 1000))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	asked := 0
+	listing := func(yield func(object.Attrs, error) bool) {
+		for range 100_000 {
+			asked++
+			if asked == 10 {
+				cancel()
+			}
+			if !yield(a, nil) {
+				return
+			}
+		}
+	}
+	if err := c.PrefetchSeq(ctx, listing, object.Warm, 0, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("PrefetchSeq(cancelled while listing) = %v; want context.Canceled", err)
+	}
+	if asked > 10 {
+		t.Errorf("the listing was asked for %d objects; want it stopped at the cancel (10)", asked)
+	}
+}

@@ -58,7 +58,7 @@ func remotePrefetch(ctx context.Context, c *control.Client, u object.URI, wait b
 	start := time.Now()
 	final, err := c.WatchJob(ctx, j.ID, func(j control.Job) {
 		if rep == nil && j.State != control.JobListing {
-			rep = newProgressReporter(w, int64(j.Progress.Objects), j.Progress.Bytes)
+			rep = newProgressReporter(w, j.Progress.Bytes)
 		}
 		if rep != nil {
 			rep.update(tierProgress(j.Progress))
@@ -84,7 +84,7 @@ func remotePrefetch(ctx context.Context, c *control.Client, u object.URI, wait b
 // tierProgress converts a job's progress for the progress reporter.
 func tierProgress(p control.Progress) tier.Progress {
 	return tier.Progress{Objects: p.Objects, Bytes: p.Bytes, ObjectsDone: p.ObjectsDone, BytesDone: p.BytesDone,
-		BytesFetched: p.BytesFetched, Cached: p.Cached, Failed: p.Failed}
+		BytesFetched: p.BytesFetched, Cached: p.Cached, Failed: p.Failed, Listing: p.Listing}
 }
 
 // listAll collects the attributes of every object under u.
@@ -99,18 +99,11 @@ func listAll(ctx context.Context, src object.Source, u object.URI) ([]object.Att
 	return objs, nil
 }
 
+// runPrefetch prefetches u's objects as they are listed.
 func runPrefetch(ctx context.Context, a *cli.Agent, u object.URI, w io.Writer) error {
-	objs, err := listAll(ctx, a.Source, u)
-	if err != nil {
-		return err
-	}
-	var total int64
-	for _, o := range objs {
-		total += o.Size
-	}
-	rep := newProgressReporter(w, int64(len(objs)), total)
+	rep := newProgressReporter(w, 0)
 	start := time.Now()
-	err = a.Cache.Prefetch(ctx, objs, object.Warm, rep.update)
+	err := a.Cache.PrefetchSeq(ctx, a.Source.List(ctx, u.Bucket, u.Path), object.Warm, 0, rep.update)
 	rep.finish()
 	printPrefetchSummary(w, u, rep.last, time.Since(start))
 	return err
@@ -129,13 +122,13 @@ func printPrefetchSummary(w io.Writer, u object.URI, p tier.Progress, el time.Du
 type progressReporter struct {
 	w         io.Writer
 	bar       *progressbar.ProgressBar // nil when w is not a terminal
-	objects   int64
 	last      tier.Progress
 	lastPrint time.Time
 }
 
-func newProgressReporter(w io.Writer, objects, bytes int64) *progressReporter {
-	r := &progressReporter{w: w, objects: objects, lastPrint: time.Now()}
+func newProgressReporter(w io.Writer, bytes int64) *progressReporter {
+	r := &progressReporter{w: w, lastPrint: time.Now()}
+	r.last.Bytes = bytes
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		r.bar = progressbar.NewOptions64(bytes,
 			progressbar.OptionSetWriter(w),
@@ -146,23 +139,33 @@ func newProgressReporter(w io.Writer, objects, bytes int64) *progressReporter {
 			progressbar.OptionSetElapsedTime(true),
 			progressbar.OptionSetWidth(30),
 			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSetDescription(fmt.Sprintf("objects 0/%d", objects)),
+			progressbar.OptionSetDescription("objects"),
 		)
 	}
 	return r
 }
 
+// update shows p. While the objects are still being listed, their totals
+// grow and are shown with a "+".
 func (r *progressReporter) update(p tier.Progress) {
-	r.last = p
+	more := ""
+	if p.Listing {
+		more = "+"
+	}
 	if r.bar != nil {
-		r.bar.Describe(fmt.Sprintf("objects %d/%d", p.ObjectsDone, r.objects))
+		if p.Bytes != r.last.Bytes {
+			r.bar.ChangeMax64(p.Bytes)
+		}
+		r.last = p
+		r.bar.Describe(fmt.Sprintf("objects %d/%d%s", p.ObjectsDone, p.Objects, more))
 		_ = r.bar.Set64(p.BytesDone)
 		return
 	}
+	r.last = p
 	if time.Since(r.lastPrint) >= 10*time.Second {
 		r.lastPrint = time.Now()
-		fmt.Fprintf(r.w, "prefetch: %d/%d objects, %s/%s\n", p.ObjectsDone, r.objects,
-			humanize.IBytes(uint64(p.BytesDone)), humanize.IBytes(uint64(p.Bytes)))
+		fmt.Fprintf(r.w, "prefetch: %d/%d%s objects, %s/%s%s\n", p.ObjectsDone, p.Objects, more,
+			humanize.IBytes(uint64(p.BytesDone)), humanize.IBytes(uint64(p.Bytes)), more)
 	}
 }
 
