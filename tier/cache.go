@@ -225,7 +225,13 @@ func (c *Cache) begin() (end func(), err error) {
 // cancellation (one waiter giving up must not fail a shared fill) and is
 // cancelled by Close instead. Call cancel when done.
 func (c *Cache) detach(ctx context.Context) (context.Context, func()) {
-	dctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	return c.closable(context.WithoutCancel(ctx))
+}
+
+// closable returns ctx, also cancelled (with ErrClosed) by Close. Call
+// cancel when done.
+func (c *Cache) closable(ctx context.Context) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
 	c.mu.Lock()
 	id := c.nextCancel
 	c.nextCancel++
@@ -234,7 +240,7 @@ func (c *Cache) detach(ctx context.Context) (context.Context, func()) {
 		cancel(ErrClosed)
 	}
 	c.mu.Unlock()
-	return dctx, func() {
+	return cctx, func() {
 		c.mu.Lock()
 		delete(c.cancels, id)
 		c.mu.Unlock()

@@ -38,7 +38,8 @@ type Progress struct {
 // after each object; calls are never concurrent and must return quickly.
 //
 // Prefetch keeps going past per-object failures and returns them joined;
-// it stops early when the cache has no space left (ErrNoSpace) or ctx ends.
+// it stops early when the cache has no space left (ErrNoSpace), ctx ends
+// or the cache is closed (ErrClosed).
 func (c *Cache) Prefetch(ctx context.Context, objs []object.Attrs, p object.Priority, progress func(Progress)) error {
 	return c.PrefetchWindow(ctx, objs, p, 0, progress)
 }
@@ -100,6 +101,8 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 	}
 	defer end()
 	run.report()
+	ctx, closed := c.closable(ctx) // Close stops a listing too, not only its fills
+	defer closed()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	work := make(chan object.Attrs, listAhead)

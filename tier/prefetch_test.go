@@ -271,3 +271,36 @@ func TestPrefetchSeqStopsListing(t *testing.T) {
 		t.Errorf("the listing was asked for %d objects; want it stopped at the cancel (10)", asked)
 	}
 }
+
+// TestPrefetchSeqStopsAtClose stops a listing when the cache is closed,
+// even one of objects already cached (no fill to fail): Close does not wait
+// for the listing's end.
+func TestPrefetchSeqStopsAtClose(t *testing.T) {
+	env := newDirEnv(t)
+	c, err := Open(context.Background(), env.config(t.TempDir(), 1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := env.put(t, "bkt", "a", pattern(1, 1000))
+	closed := make(chan error, 1)
+	asked := 0
+	listing := func(yield func(object.Attrs, error) bool) {
+		for range 2_000_000 {
+			if asked++; asked == 10 {
+				go func() { closed <- c.Close() }()
+			}
+			if !yield(a, nil) {
+				return
+			}
+		}
+	}
+	if err := c.PrefetchSeq(context.Background(), listing, object.Warm, 0, nil); !errors.Is(err, ErrClosed) {
+		t.Errorf("PrefetchSeq(closed while listing) = %v; want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	if asked == 2_000_000 {
+		t.Error("the listing went on to its end after Close")
+	}
+}
