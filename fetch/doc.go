@@ -76,8 +76,9 @@
 //
 // GCS, Dir and Downloader are safe for concurrent use. Fetch blocks until
 // the download ends and waits for every goroutine it started (one per slice
-// in flight, plus a stall watchdog per range read) before it returns; it
-// returns promptly with the context's error when its context ends.
+// in flight; a range read's stall watchdog is a timer, stopped before the
+// read returns) before it returns; it returns promptly with the context's
+// error when its context ends.
 //
 // # Errors
 //

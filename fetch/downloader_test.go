@@ -401,3 +401,37 @@ func TestBufPools(t *testing.T) {
 		put()
 	}
 }
+
+// TestWatchdog cancels a range read that shows no progress for its
+// timeout, not one kept alive past it, and never after stop.
+func TestWatchdog(t *testing.T) {
+	start := func(timeout time.Duration) (*watchdog, context.Context) {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		return startWatchdog(timeout, cancel), ctx
+	}
+	// Silent: cancelled with errStalled.
+	w, ctx := start(20 * time.Millisecond)
+	<-ctx.Done()
+	if !errors.Is(context.Cause(ctx), errStalled) {
+		t.Errorf("silent read's cause = %v; want errStalled", context.Cause(ctx))
+	}
+	w.stop()
+	// Alive every 10 ms for three timeouts of half a second: never
+	// cancelled (unless the machine stalls this goroutine for that long).
+	w, ctx = start(500 * time.Millisecond)
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		w.alive()
+		if ctx.Err() != nil {
+			t.Fatalf("a read alive every 10 ms was cancelled: %v", context.Cause(ctx))
+		}
+	}
+	w.stop()
+	// Stopped: never cancelled afterwards.
+	w, ctx = start(10 * time.Millisecond)
+	w.stop()
+	time.Sleep(50 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Errorf("a stopped watchdog cancelled its read: %v", context.Cause(ctx))
+	}
+}

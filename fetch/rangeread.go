@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cacheagent/cacheagent/internal/wait"
@@ -113,11 +114,8 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, dst io.WriterAt) (err error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	progress, stop := make(chan struct{}, 1), make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() { watchdog(d.cfg.StallTimeout, progress, stop, cancel) })
-	defer wg.Wait()
-	defer close(stop)
+	w := startWatchdog(d.cfg.StallTimeout, cancel)
+	defer w.stop()
 	defer func() {
 		if err != nil && errors.Is(context.Cause(rctx), errStalled) {
 			err = fmt.Errorf("%w: %w", errStalled, err)
@@ -129,12 +127,7 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 	asked := n - start
 	requested := time.Now()
 	defer s.receiving(time.Time{}) // no rate between attempts
-	alive := func() {
-		select {
-		case progress <- struct{}{}:
-		default:
-		}
-	}
+	alive := w.alive
 	r, err := d.src.NewRangeReader(withAlive(rctx, alive), o, s.off+start, asked)
 	if err != nil {
 		return err
@@ -237,20 +230,53 @@ func expectEOF(r io.Reader, one []byte) error {
 	}
 }
 
-// watchdog calls cancel(errStalled) unless a value arrives on progress at
-// least every timeout; it returns when stop is closed or after cancelling.
-func watchdog(timeout time.Duration, progress <-chan struct{}, stop <-chan struct{}, cancel context.CancelCauseFunc) {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	for {
-		select {
-		case <-progress:
-			t.Reset(timeout)
-		case <-t.C:
-			cancel(errStalled)
-			return
-		case <-stop:
-			return
-		}
+// watchdog cancels a range read with errStalled unless alive is called at
+// least every timeout. It is a timer, not a goroutine: alive only records
+// the time, and the timer, when it fires, either cancels or sleeps again
+// for what is left of the timeout since the last call.
+type watchdog struct {
+	timeout time.Duration
+	cancel  context.CancelCauseFunc
+	base    time.Time    // monotonic origin of last
+	last    atomic.Int64 // since base, at the last alive
+
+	mu      sync.Mutex // orders the timer's arming, re-arming and stop
+	t       *time.Timer
+	stopped bool
+}
+
+// startWatchdog starts a watchdog that calls cancel(errStalled).
+func startWatchdog(timeout time.Duration, cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{timeout: timeout, cancel: cancel, base: time.Now()}
+	w.mu.Lock()
+	w.t = time.AfterFunc(timeout, w.fire)
+	w.mu.Unlock()
+	return w
+}
+
+// alive records progress.
+func (w *watchdog) alive() { w.last.Store(int64(time.Since(w.base))) }
+
+// fire runs when the timer expires.
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return
 	}
+	idle := time.Since(w.base) - time.Duration(w.last.Load())
+	if idle >= w.timeout {
+		w.stopped = true
+		w.cancel(errStalled)
+		return
+	}
+	w.t.Reset(w.timeout - idle)
+}
+
+// stop stops the watchdog; it never cancels after stop returns.
+func (w *watchdog) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopped = true
+	w.t.Stop()
 }
