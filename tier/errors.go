@@ -26,6 +26,11 @@ var (
 	ErrNotCached = errors.New("tier: not cached")
 )
 
+// errAbandoned is the cause a fill run by its leader's goroutine is
+// cancelled with when that leader gives up (see shareHere); whoever joined
+// the fill tries again.
+var errAbandoned = errors.New("tier: fill abandoned by the caller running it")
+
 // LockedError is returned by Open when another process holds the cache
 // directory's lock. It matches ErrLocked.
 type LockedError struct {

@@ -107,11 +107,18 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 	defer stop(nil)
 	work := make(chan object.Attrs, listAhead)
 	worker := func() {
+		// The context of the small objects' fills this goroutine runs
+		// (shareHere): ctx's values, cancelled (errAbandoned) when ctx
+		// ends. One per worker, not one per fill: 128 workers adding and
+		// removing a child of ctx per object contend for its lock.
+		here, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+		defer abandon(nil)
+		defer context.AfterFunc(ctx, func() { abandon(errAbandoned) })()
 		for a := range work {
 			if ctx.Err() != nil { // stopped: the rest are drained, not fetched
 				continue
 			}
-			fetched, cached, err := c.prefetchOne(ctx, a, p)
+			fetched, cached, err := c.prefetchOne(ctx, here, a, p)
 			if errors.Is(err, ErrNoSpace) {
 				stop(err)
 			}
@@ -141,8 +148,9 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 }
 
 // prefetchOne caches one object, returning the bytes it downloaded and
-// whether it was already cached.
-func (c *Cache) prefetchOne(ctx context.Context, a object.Attrs, p object.Priority) (int64, bool, error) {
+// whether it was already cached. A small object is filled on this
+// goroutine, on here (see shareHere).
+func (c *Cache) prefetchOne(ctx, here context.Context, a object.Attrs, p object.Priority) (int64, bool, error) {
 	if err := checkObject(a.Object); err != nil {
 		return 0, false, fmt.Errorf("tier: prefetch: %w", err)
 	}
@@ -159,7 +167,11 @@ func (c *Cache) prefetchOne(ctx context.Context, a object.Attrs, p object.Priori
 		}
 		var r fillResult
 		var joined bool
-		r, joined, err = c.share(ctx, a, p)
+		if c.packs(a) {
+			r, joined, err = c.shareHere(here, a, p)
+		} else {
+			r, joined, err = c.share(ctx, a, p)
+		}
 		if !errors.Is(err, object.ErrGenerationChanged) {
 			if joined { // another caller's download: not ours to count
 				return 0, false, err

@@ -304,3 +304,43 @@ func TestPrefetchSeqStopsAtClose(t *testing.T) {
 		t.Error("the listing went on to its end after Close")
 	}
 }
+
+// TestPrefetchAbandonsItsFill cancels a prefetch whose worker runs a small
+// object's fill that an Open has joined: the prefetch returns at once, and
+// the Open, whose caller still waits, fills the object again.
+func TestPrefetchAbandonsItsFill(t *testing.T) {
+	env := newDirEnv(t)
+	cfg := env.config(t.TempDir(), 1<<20)
+	cfg.PackBelow = 0 // the default: small objects packed
+	c := openCache(t, cfg)
+	want := pattern(3, 1000)
+	a := env.put(t, "bkt", "obj", want)
+	if !c.packs(a) {
+		t.Fatal("a 1000-byte object is not packed; the test needs a fill run on the prefetch's goroutine")
+	}
+	g := installGate(c, env.dl)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	perr := make(chan error, 1)
+	go func() { perr <- c.Prefetch(ctx, []object.Attrs{a}, object.Warm, nil) }()
+	<-g.arrived
+	var wg sync.WaitGroup
+	wg.Go(func() { openRead(t, c, obj("bkt", "obj"), want) })
+	g.await(t, 2)
+	cancel()
+	select {
+	case err := <-perr:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Prefetch cancelled = %v; want context.Canceled", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled prefetch still waits for the fill it ran")
+	}
+	<-g.arrived // the Open's own fill
+	close(g.release)
+	wg.Wait()
+	if n := env.dl.calls.Load(); n != 2 {
+		t.Errorf("downloads = %d; want 2 (the abandoned one, the Open's)", n)
+	}
+	checkInvariants(t, c)
+}
