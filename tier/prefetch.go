@@ -56,7 +56,7 @@ func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p objec
 	for _, a := range objs {
 		run.p.Bytes += a.Size
 	}
-	return c.prefetch(ctx, run, slices.All(objs), p, window)
+	return c.prefetch(ctx, run, slices.All(objs), len(objs), p, window)
 }
 
 // PrefetchSeq is PrefetchWindow over the objects a listing yields, started
@@ -80,7 +80,7 @@ func (c *Cache) PrefetchSeq(ctx context.Context, objs iter.Seq2[object.Attrs, er
 			}
 			i++
 		}
-	}, p, window)
+	}, -1, p, window)
 }
 
 // listAhead is how many listed objects wait for a prefetch worker: a page
@@ -88,10 +88,12 @@ func (c *Cache) PrefetchSeq(ctx context.Context, objs iter.Seq2[object.Attrs, er
 // are busy with this one.
 const listAhead = 1024
 
-// prefetch caches the objects objs yields with up to window of them in
-// flight, on as many workers (a goroutine per worker, not per object: each
-// grows its stack once).
-func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[int, object.Attrs], p object.Priority, window int) error {
+// prefetch caches the objects objs yields (n of them, or -1 if not known)
+// with up to window of them in flight, on as many workers (a goroutine per
+// worker, not per object: each grows its stack once). One object (the
+// planner's, which calls Prefetch on a goroutine per object) is cached on
+// the caller's goroutine.
+func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[int, object.Attrs], n int, p object.Priority, window int) error {
 	if limit := int(c.plans.inflight.Load()); window <= 0 || window > limit {
 		window = limit
 	}
@@ -105,7 +107,11 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 	defer closed()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	work := make(chan object.Attrs, listAhead)
+	ahead := listAhead
+	if n >= 0 {
+		ahead = min(n, listAhead)
+	}
+	work := make(chan object.Attrs, ahead)
 	worker := func() {
 		// The context of the small objects' fills this goroutine runs
 		// (shareHere): ctx's values, cancelled (errAbandoned) when ctx
@@ -124,6 +130,14 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 			}
 			run.done(a, fetched, cached, err)
 		}
+	}
+	if n == 1 {
+		for _, a := range objs {
+			work <- a
+		}
+		close(work)
+		worker()
+		return run.result(ctx)
 	}
 	var workers sync.WaitGroup
 	for i, a := range objs {
