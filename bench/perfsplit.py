@@ -70,7 +70,7 @@ def split(path: str) -> Tuple[Dict[str, int], int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description="Where a process's CPU goes, per object, by category.")
     ap.add_argument("--hz", type=float, required=True, help="perf record's -F")
     ap.add_argument("--objects", type=int, required=True, help="objects the run fetched")
     ap.add_argument("profiles", nargs="+", help="perf script -F ip,sym outputs")
