@@ -57,11 +57,15 @@ func (d *Downloader) fetchSlice(dl *download, s *slice) (err error) {
 	// Only the main lane splits ranges: a small object's slot taking on
 	// half a large range would be one more large stream.
 	main := dl.sem == d.sem
-	if main {
+	// A range shorter than minSteal can never be split (split only ever
+	// shortens it): steal need not see it.
+	_, n := s.state()
+	tracked := main && n >= minSteal
+	if tracked {
 		d.track(s, dl)
 	}
 	defer func() {
-		if main {
+		if tracked {
 			d.untrack(s)
 		}
 		if err != nil {

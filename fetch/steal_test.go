@@ -1,6 +1,8 @@
 package fetch
 
 import (
+	"context"
+	"io"
 	"net/http"
 	"runtime"
 	"strings"
@@ -215,5 +217,45 @@ func TestSliceTimeLeft(t *testing.T) {
 	s.done = s.n - minSteal + 1
 	if got := s.timeLeft(now); got != 0 {
 		t.Errorf("less than minSteal left: %v; want 0", got)
+	}
+}
+
+// peekSource calls peek before each range read.
+type peekSource struct {
+	object.Source
+	peek func(o object.Object)
+}
+
+func (p peekSource) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
+	p.peek(o)
+	return p.Source.NewRangeReader(ctx, o, off, n)
+}
+
+// Only a range that can be split (minSteal or more) is tracked for steal:
+// a small object's, on the main lane, is not scanned by every freed
+// connection.
+func TestStealTracksOnlySplittable(t *testing.T) {
+	s := startEmulator(t, emulator.Options{Buckets: []string{"bkt"}})
+	g := newTestGCS(t, s.Endpoint())
+	smallData, bigData := emulator.Pattern(1, 256<<10), emulator.Pattern(2, minSteal+1)
+	small := withCRC(putObject(t, s, g, "bkt", "small", smallData), smallData)
+	big := withCRC(putObject(t, s, g, "bkt", "big", bigData), bigData)
+	var d *Downloader
+	tracked := map[string]int{}
+	src := peekSource{Source: g, peek: func(o object.Object) {
+		d.stealMu.Lock()
+		tracked[o.Name] = len(d.inflight)
+		d.stealMu.Unlock()
+	}}
+	cfg := fastConfig()
+	cfg.SliceSize, cfg.SmallObjectSize = 64<<20, NoSmallLane
+	d = newDownloader(t, src, cfg)
+	for _, a := range []object.Attrs{small, big} {
+		if _, err := fetchFile(t, d, a, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if tracked["small"] != 0 || tracked["big"] != 1 {
+		t.Errorf("ranges tracked while reading: %v; want small 0, big 1", tracked)
 	}
 }
