@@ -114,7 +114,6 @@ func (m *jobManager) forgetLocked() {
 // run lists (unless the spec has objects) and prefetches.
 func (m *jobManager) run(ctx context.Context, j *job) {
 	defer j.cancel()
-	progress := func(p tier.Progress) { j.update(func() { j.prog = p }) }
 	var err error
 	switch objs := j.spec.objects; {
 	case objs == nil && m.onList == nil && m.prefetch == nil:
@@ -134,7 +133,7 @@ func (m *jobManager) run(ctx context.Context, j *job) {
 			if m.prefetch != nil {
 				prefetch = m.prefetch
 			}
-			err = prefetch(ctx, objs, j.spec.prio, progress)
+			err = prefetch(ctx, objs, j.spec.prio, func(p tier.Progress) { j.update(func() { j.prog = p }) })
 		}
 	}
 	j.finish(ctx, err)

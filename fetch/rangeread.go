@@ -131,8 +131,7 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 	asked := n - start
 	requested := time.Now()
 	defer s.receiving(time.Time{}) // no rate between attempts
-	alive := w.alive
-	r, err := d.src.NewRangeReader(withAlive(rctx, alive), o, s.off+start, asked)
+	r, err := d.src.NewRangeReader(withAlive(rctx, w.alive), o, s.off+start, asked)
 	if err != nil {
 		return err
 	}
@@ -187,7 +186,7 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 			d.spread()
 		}
 		if m > 0 {
-			alive()
+			w.alive()
 			held += m
 			if !gather || held == len(buf) || pos+int64(m) >= n {
 				if err := flush(); err != nil {

@@ -66,7 +66,7 @@ func (c *Cache) PrefetchWindow(ctx context.Context, objs []object.Attrs, p objec
 // so far. An error from objs ends the listing: the objects listed before
 // it are still cached, and the error is returned with theirs.
 func (c *Cache) PrefetchSeq(ctx context.Context, objs iter.Seq2[object.Attrs, error], p object.Priority, window int, progress func(Progress)) error {
-	run := &prefetchRun{fn: progress, listing: true}
+	run := &prefetchRun{fn: progress}
 	run.p.Listing = true
 	return c.prefetch(ctx, run, func(yield func(int, object.Attrs) bool) {
 		i := 0
@@ -75,6 +75,7 @@ func (c *Cache) PrefetchSeq(ctx context.Context, objs iter.Seq2[object.Attrs, er
 				run.listFailed(err)
 				return
 			}
+			run.listed(a)
 			if !yield(i, a) {
 				return
 			}
@@ -144,9 +145,6 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 		if i < window {
 			workers.Go(worker)
 		}
-		if run.listing {
-			run.listed(a)
-		}
 		select {
 		case work <- a:
 		case <-ctx.Done():
@@ -213,8 +211,7 @@ func (c *Cache) touchIfCached(a object.Attrs) bool {
 
 // prefetchRun tracks one Prefetch call's progress and failures.
 type prefetchRun struct {
-	fn      func(Progress)
-	listing bool // the totals grow as objects are listed
+	fn func(Progress)
 
 	mu      sync.Mutex // protects the fields below, and serialises fn
 	p       Progress
