@@ -342,7 +342,9 @@ func TestFrozenPinned(t *testing.T) {
 	put("pin", 10)
 	put("free", 30)
 	dir := t.TempDir()
-	defer func(n int) { bulkBatch = n }(bulkBatch)
+	oldBatch := bulkBatch
+	t.Cleanup(func() { bulkBatch = oldBatch }) // after the caches close: cleanups run last first
+
 	bulkBatch = 3 // Pin, Unpin and Evict go in several batches
 	ctx := context.Background()
 	readAllOf := func(c *Cache, prefix string, n int) {
@@ -412,7 +414,8 @@ func TestFrozenPinned(t *testing.T) {
 // its slack hold, without a flush: the trims ask the flusher for one well
 // before its 15 s tick, after which the entries freeze.
 func TestWarmSetAsksForFlush(t *testing.T) {
-	defer func(n int) { warmSlack = n }(warmSlack)
+	oldSlack := warmSlack
+	t.Cleanup(func() { warmSlack = oldSlack }) // after the cache closes: cleanups run last first
 	warmSlack = 4
 	env := newDirEnv(t)
 	const n = 30
