@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -76,12 +77,26 @@ type plans struct {
 	coldPos  []uint64                 // scratch: the frozen copies cands tag (see candidatesLocked)
 }
 
-// reader is one plan's reader: its keys and when it last advanced.
+// reader is one plan's reader: its keys, its position, when it last
+// advanced, and the positions it passed whose objects were not yet opened.
 type reader struct {
 	keys   []string
 	cursor int
 	at     time.Time
+	// passed are positions before cursor, ascending, whose objects were
+	// not opened when the cursor passed them (at most planTrail, the
+	// latest): a reader's position runs ahead of its reads (a DataLoader's
+	// sampler hands batches to workers that read them later), so these
+	// are the objects needed soonest. The planner fetches the missing ones
+	// first and drops those opened since (see passedLocked).
+	passed []int
 }
+
+// planTrail is how many passed positions a reader's plan remembers (see
+// reader.passed): more than a DataLoader keeps handed out (its workers
+// times prefetch_factor batches), so an object never opened is forgotten
+// once the reader is that far past it.
+const planTrail = 1 << 14
 
 // planned is one object of the plans: as announced (a non-zero
 // generation pins it), how many plans hold it, its size if known, and
@@ -190,14 +205,25 @@ func (c *Cache) AdvancePlan(ctx context.Context, id string, pos int) error {
 	if pos > r.cursor {
 		var n int64
 		avg := p.avgSize()
-		for _, k := range r.keys[r.cursor:pos] {
-			if s := p.objects[k].size; s > 0 {
-				n += s
+		for i, k := range r.keys[r.cursor:pos] {
+			pl := p.objects[k]
+			if pl.size > 0 {
+				n += pl.size
 			} else {
 				n += avg
 			}
+			if !pl.opened {
+				r.passed = append(r.passed, r.cursor+i)
+			}
+		}
+		if over := len(r.passed) - planTrail; over > 0 {
+			r.passed = append(r.passed[:0], r.passed[over:]...)
 		}
 		p.consume.Observe(now.Sub(r.at), float64(n))
+	} else {
+		// Back (a reader that restarted): what lies ahead again is not passed.
+		i, _ := slices.BinarySearch(r.passed, pos)
+		r.passed = r.passed[:i]
 	}
 	r.cursor, r.at = pos, now
 	p.idx.Advance(id, pos)

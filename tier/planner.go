@@ -2,6 +2,8 @@ package tier
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -193,7 +195,8 @@ func (c *Cache) downloadStarted() (end func(bytes int64)) {
 }
 
 // planNextLocked returns the objects to prefetch next: walking the plans'
-// upcoming objects in order of next use, until the lookahead's bytes are
+// upcoming objects in order of next use (first those their readers passed
+// but have not opened, see reader.passed), until the lookahead's bytes are
 // covered, the missing ones that fit without evicting anything needed
 // sooner (at most max). Cached ones near the readers are queued for
 // promotion.
@@ -203,65 +206,114 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 		return nil
 	}
 	item := p.avgSize()
-	ahead := p.lookaheadLocked(item, c.base.maxBytes/planBudgetShare)
-	free := c.base.maxBytes - c.base.committedLocked()
-	var (
-		cands []plan.Candidate[string] // evictable copies with their Next; set on first need
-		taken int64                    // bytes of them counted as evicted already
-		held  int64                    // bytes (or objects, while no size is known) of lookahead covered
-		todo  []object.Object
-	)
-	for k, d := range p.idx.Upcoming() {
-		if held >= ahead || len(todo) == max {
+	w := planWalk{c: c, max: max, item: item,
+		ahead: p.lookaheadLocked(item, c.base.maxBytes/planBudgetShare),
+		free:  c.base.maxBytes - c.base.committedLocked()}
+	for _, id := range slices.Sorted(maps.Keys(p.readers)) {
+		if !w.passedLocked(p.readers[id]) {
 			break
 		}
-		size := int64(1)
-		if item > 0 {
-			size = item
+	}
+	if w.more() {
+		for k, d := range p.idx.Upcoming() {
+			if !w.considerLocked(k, d) {
+				break
+			}
 		}
-		if e := c.entryLocked(k); e != nil {
-			p.noteSizeLocked(k, e.rec.size)
-			if d < promoteAhead {
-				c.queuePromoteLocked(e)
-			}
-			if item > 0 {
-				size = e.rec.size
-			}
-			held += size
-			continue
-		}
-		held += size
-		if p.busy[k] || p.failed[k] {
-			continue
-		}
-		if need := size - free; item > 0 && need > 0 {
-			if cands == nil {
-				cands = p.candidatesLocked(c.base, nil)
-				p.idx.Select(cands, 0, -1) // fills in Next
-			}
-			// Victims go farthest first, so those taken so far all lie
-			// beyond d too: what is left beyond d must cover need. Past
-			// the first evictAhead positions only copies no plan
-			// needs again may go: evicting a copy needed later to fetch
-			// one needed sooner trades a hit for a hit, and far ahead of
-			// the readers it buys no time, only a later miss.
-			limit := d
-			if d >= p.evictAhead() {
-				limit = plan.Never - 1
-			}
-			if farther(cands, limit)-taken < need {
-				break // only objects needed sooner could make room
-			}
-			taken += need
-			free += need
-		}
-		free -= size
-		p.busy[k] = true
-		todo = append(todo, p.objects[k].obj)
 	}
 	clear(p.ents)
 	p.coldPos = p.coldPos[:0]
-	return todo
+	return w.todo
+}
+
+// planWalk is one walk of planNextLocked over the planned objects.
+type planWalk struct {
+	c           *Cache
+	max         int
+	item, ahead int64
+	free        int64                    // bytes free in the budget, less those of todo
+	cands       []plan.Candidate[string] // evictable copies with their Next; set on first need
+	taken       int64                    // bytes of them counted as evicted already
+	held        int64                    // bytes (or objects, while no size is known) of lookahead covered
+	todo        []object.Object
+}
+
+// more reports whether the walk goes on.
+func (w *planWalk) more() bool { return w.held < w.ahead && len(w.todo) < w.max }
+
+// passedLocked considers the objects r passed, in order, dropping from
+// r.passed those opened since (or no longer planned); it reports whether
+// the walk goes on.
+func (w *planWalk) passedLocked(r *reader) bool {
+	p := w.c.plans
+	kept := r.passed[:0]
+	for i, pos := range r.passed {
+		k := r.keys[pos]
+		if !p.dueLocked(k) {
+			continue
+		}
+		kept = append(kept, pos)
+		if !w.considerLocked(k, 0) {
+			kept = append(kept, r.passed[i+1:]...)
+			break
+		}
+	}
+	r.passed = kept
+	return w.more()
+}
+
+// considerLocked adds k, next used d positions ahead, to the walk: held
+// if cached or being fetched, else to todo if it fits. It reports whether
+// the walk goes on.
+func (w *planWalk) considerLocked(k string, d int) bool {
+	if !w.more() {
+		return false
+	}
+	c, p := w.c, w.c.plans
+	size := int64(1)
+	if w.item > 0 {
+		size = w.item
+	}
+	if e := c.entryLocked(k); e != nil {
+		p.noteSizeLocked(k, e.rec.size)
+		if d < promoteAhead {
+			c.queuePromoteLocked(e)
+		}
+		if w.item > 0 {
+			size = e.rec.size
+		}
+		w.held += size
+		return true
+	}
+	w.held += size
+	if p.busy[k] || p.failed[k] {
+		return true
+	}
+	if need := size - w.free; w.item > 0 && need > 0 {
+		if w.cands == nil {
+			w.cands = p.candidatesLocked(c.base, nil)
+			p.idx.Select(w.cands, 0, -1) // fills in Next
+		}
+		// Victims go farthest first, so those taken so far all lie
+		// beyond d too: what is left beyond d must cover need. Past
+		// the first evictAhead positions only copies no plan
+		// needs again may go: evicting a copy needed later to fetch
+		// one needed sooner trades a hit for a hit, and far ahead of
+		// the readers it buys no time, only a later miss.
+		limit := d
+		if d >= p.evictAhead() {
+			limit = plan.Never - 1
+		}
+		if farther(w.cands, limit)-w.taken < need {
+			return false // only objects needed sooner could make room
+		}
+		w.taken += need
+		w.free += need
+	}
+	w.free -= size
+	p.busy[k] = true
+	w.todo = append(w.todo, p.objects[k].obj)
+	return true
 }
 
 // lookaheadLocked returns how far ahead of the readers to hold objects of
@@ -292,11 +344,11 @@ func (p *plans) lookaheadLocked(item, limit int64) int64 {
 }
 
 // remainingLocked estimates the bytes the plans hold ahead of their
-// readers, each object counted as item bytes.
+// readers (and passed but not opened), each object counted as item bytes.
 func (p *plans) remainingLocked(item int64) int64 {
 	var n int64
 	for _, r := range p.readers {
-		n += int64(len(r.keys)-r.cursor) * item
+		n += int64(len(r.keys)-r.cursor+len(r.passed)) * item
 	}
 	return n
 }
