@@ -18,6 +18,9 @@ const Never = math.MaxInt
 type Index[K comparable] struct {
 	plans map[string]*sequence[K]
 	uses  map[K][]occurrence[K] // where each key occurs, one entry per plan holding it
+	// repeated counts the keys used more than once (in one plan or
+	// several): while none is, Upcoming need not remember what it yielded.
+	repeated int
 }
 
 // sequence is one announced plan.
@@ -49,8 +52,19 @@ func (x *Index[K]) Announce(id string, keys []K) {
 		pos[k] = append(pos[k], i)
 	}
 	for k, p := range pos {
-		x.uses[k] = append(x.uses[k], occurrence[K]{plan: s, pos: p})
+		occ := x.uses[k]
+		was := repeats(occ)
+		occ = append(occ, occurrence[K]{plan: s, pos: p})
+		x.uses[k] = occ
+		if !was && repeats(occ) {
+			x.repeated++
+		}
 	}
+}
+
+// repeats reports whether occ holds more than one use of its key.
+func repeats[K comparable](occ []occurrence[K]) bool {
+	return len(occ) > 1 || len(occ) == 1 && len(occ[0].pos) > 1
 }
 
 // Remove forgets plan id and reports whether it was announced.
@@ -66,7 +80,11 @@ func (x *Index[K]) Remove(id string) bool {
 		if i < 0 {
 			continue // a repeated key, already removed
 		}
+		was := repeats(occ)
 		occ = slices.Delete(occ, i, i+1)
+		if was && !repeats(occ) {
+			x.repeated--
+		}
 		if len(occ) == 0 {
 			delete(x.uses, k)
 		} else {
@@ -125,7 +143,10 @@ func (x *Index[K]) Upcoming() iter.Seq2[K, int] {
 			ids = append(ids, id)
 		}
 		slices.Sort(ids)
-		seen := make(map[K]struct{})
+		var seen map[K]struct{} // nil while no key repeats
+		if x.repeated > 0 {
+			seen = make(map[K]struct{})
+		}
 		for d := 0; ; d++ {
 			more := false
 			for _, id := range ids {
@@ -136,10 +157,12 @@ func (x *Index[K]) Upcoming() iter.Seq2[K, int] {
 				}
 				more = true
 				k := s.keys[i]
-				if _, ok := seen[k]; ok {
-					continue
+				if seen != nil {
+					if _, ok := seen[k]; ok {
+						continue
+					}
+					seen[k] = struct{}{}
 				}
-				seen[k] = struct{}{}
 				if !yield(k, d) {
 					return
 				}

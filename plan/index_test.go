@@ -107,6 +107,33 @@ func TestUpcoming(t *testing.T) {
 	}
 }
 
+// TestUpcomingRepeats checks that Upcoming yields a key once however often
+// the plans hold it, and that the Index keeps count of such keys as plans
+// come and go.
+func TestUpcomingRepeats(t *testing.T) {
+	x := NewIndex[string]()
+	keys := func() []string {
+		var ks []string
+		for k := range x.Upcoming() {
+			ks = append(ks, k)
+		}
+		return ks
+	}
+	x.Announce("a", []string{"x", "y", "x"})
+	if got, want := keys(), []string{"x", "y"}; !slices.Equal(got, want) || x.repeated != 1 {
+		t.Errorf("one plan repeating x: Upcoming = %v, repeated %d; want %v, 1", got, x.repeated, want)
+	}
+	x.Announce("a", []string{"x", "y"})
+	x.Announce("b", []string{"y", "z"})
+	if got, want := keys(), []string{"x", "y", "z"}; !slices.Equal(got, want) || x.repeated != 1 {
+		t.Errorf("two plans sharing y: Upcoming = %v, repeated %d; want %v, 1", got, x.repeated, want)
+	}
+	x.Remove("b")
+	if got, want := keys(), []string{"x", "y"}; !slices.Equal(got, want) || x.repeated != 0 {
+		t.Errorf("after removing b: Upcoming = %v, repeated %d; want %v, 0", got, x.repeated, want)
+	}
+}
+
 func TestOrderAndVictims(t *testing.T) {
 	x := NewIndex[string]()
 	x.Announce("p", []string{"a", "b", "c", "d"})
