@@ -97,9 +97,22 @@ func (c *Cache) planLoop() {
 			return
 		case <-c.plans.wake:
 		case r := <-done:
-			inflight--
-			c.planDone(r)
-			c.hooks.Load().onPlanned(1, r.err)
+			ended := func(r planResult) {
+				inflight--
+				c.planDone(r)
+				c.hooks.Load().onPlanned(1, r.err)
+			}
+			ended(r)
+			// Take every fetch that has ended before walking the plans
+			// again: one walk (over the lookahead) for all of them.
+			for more := true; more; {
+				select {
+				case r := <-done:
+					ended(r)
+				default:
+					more = false
+				}
+			}
 		}
 		if limit := int(c.plans.inflight.Load()); inflight < limit && ctx.Err() == nil {
 			c.mu.Lock()
