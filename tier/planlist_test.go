@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/object"
 )
@@ -137,4 +138,69 @@ func TestPlannerListedGenerationGone(t *testing.T) {
 		}
 	}
 	checkInvariants(t, c)
+}
+
+// gatedSource is a source whose listings count themselves and wait for
+// open to close before yielding anything.
+type gatedSource struct {
+	object.Source
+	open  chan struct{}
+	lists chan string // each listing's prefix, as it starts
+}
+
+func (s *gatedSource) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
+	return func(yield func(object.Attrs, error) bool) {
+		s.lists <- prefix
+		select {
+		case <-s.open:
+		case <-ctx.Done():
+			yield(object.Attrs{}, ctx.Err())
+			return
+		}
+		for a, err := range s.Source.List(ctx, bucket, prefix) {
+			if !yield(a, err) {
+				return
+			}
+		}
+	}
+}
+
+// TestPlannerListsAheadOfSizes plans objects of four directories,
+// alternating: while no size is known the planner fetches two objects at
+// a time, but lists the directories of all it will fetch next at once,
+// not one listing's round trip after another.
+func TestPlannerListsAheadOfSizes(t *testing.T) {
+	e := newDirEnv(t)
+	var names []string
+	for i := range 4 * planListMin {
+		names = append(names, fmt.Sprintf("cls-%d/%02d", i%4, i))
+	}
+	objs := e.putObjects(t, names...)
+	src := &gatedSource{Source: e.src, open: make(chan struct{}), lists: make(chan string, 4)}
+	cfg := e.config(t.TempDir(), int64(3*len(objs))*objSize)
+	cfg.Source = src
+	c := openCache(t, cfg)
+	hooks := planHooks(c)
+	if err := c.Plan(context.Background(), "p", objs); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[string]bool{}
+	for range 4 { // all four start while none has yielded a size
+		select {
+		case dir := <-src.lists:
+			listed[dir] = true
+		case <-time.After(5 * time.Second): // a hang, not a timing: the listings wait for each other
+			t.Fatalf("listed %v, and no more while the listings wait; want the four directories at once", listed)
+		}
+	}
+	close(src.open)
+	hooks.awaitIdle(t)
+	if len(listed) != 4 {
+		t.Errorf("listed %v; want the four directories", listed)
+	}
+	for _, n := range names {
+		if _, ok := c.Lookup("bkt", n); !ok {
+			t.Errorf("%s not prefetched", n)
+		}
+	}
 }

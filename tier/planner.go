@@ -117,7 +117,15 @@ func (c *Cache) planLoop() {
 		if limit := int(c.plans.inflight.Load()); inflight < limit && ctx.Err() == nil {
 			c.mu.Lock()
 			todo := c.planNextLocked(limit - inflight)
-			lists := c.plans.startListingsLocked(todo, time.Now())
+			list := todo
+			if c.plans.avgSize() == 0 {
+				// No size known: the lookahead is two objects until a
+				// listing (or fetch) ends. List the directories of
+				// those the planner fetches next meanwhile, not one
+				// round trip later.
+				list = append(c.plans.soonLocked(limit), todo...)
+			}
+			lists := c.plans.startListingsLocked(list, time.Now())
 			c.mu.Unlock()
 			for _, l := range lists {
 				wg.Go(func() { c.listPlanDir(ctx, l) })
@@ -237,6 +245,25 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 	clear(p.ents)
 	p.coldPos = p.coldPos[:0]
 	return w.todo
+}
+
+// soonLocked returns the planned objects the readers need next, at most
+// n: those passed but not opened, then the upcoming ones.
+func (p *plans) soonLocked(n int) []object.Object {
+	var out []object.Object
+	for _, id := range slices.Sorted(maps.Keys(p.readers)) {
+		r := p.readers[id]
+		for _, pos := range r.passed[:min(len(r.passed), n-len(out))] {
+			out = append(out, p.objects[r.keys[pos]].obj)
+		}
+	}
+	for k := range p.idx.Upcoming() {
+		if len(out) >= n {
+			break
+		}
+		out = append(out, p.objects[k].obj)
+	}
+	return out
 }
 
 // planWalk is one walk of planNextLocked over the planned objects.
