@@ -116,6 +116,11 @@ func (x *Index[K]) Cursor(id string) (cursor, length int, ok bool) {
 	return s.cursor, len(s.keys), true
 }
 
+// Repeats reports whether some key is used more than once (in one plan or
+// several). While none is, a single plan's upcoming keys are its keys from
+// the cursor on, in order.
+func (x *Index[K]) Repeats() bool { return x.repeated > 0 }
+
 // Plans returns the number of announced plans.
 func (x *Index[K]) Plans() int { return len(x.plans) }
 

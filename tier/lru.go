@@ -321,6 +321,7 @@ func (c *Cache) dropLocked(e *entry, doomed bool, dead []*entry) []*entry {
 	if c.byID[e.id] == e {
 		delete(c.byID, e.id)
 	}
+	c.plans.gen++ // a planned copy may be gone: the planner walks its plans whole
 	c.base.copies--
 	if e.linked() {
 		c.base.lru.remove(e)

@@ -75,6 +75,10 @@ type plans struct {
 	cands    []plan.Candidate[string] // scratch for victimsLocked
 	ents     []*entry                 // scratch: the entries cands tag
 	coldPos  []uint64                 // scratch: the frozen copies cands tag (see candidatesLocked)
+
+	// gen counts the cached copies dropped (Cache.dropLocked): a walk's
+	// frontier (reader.skip) holds while it has not moved.
+	gen uint64
 }
 
 // reader is one plan's reader: its keys, its position, when it last
@@ -90,6 +94,12 @@ type reader struct {
 	// are the objects needed soonest. The planner fetches the missing ones
 	// first and drops those opened since (see passedLocked).
 	passed []int
+	// skip is where the planner's last walk over this plan stopped (see
+	// planWalk.sequenceLocked): every position from promoteAhead past the
+	// cursor up to it held a cached object, or one being fetched or
+	// failed, as long as plans.gen is still skipGen.
+	skip    int
+	skipGen uint64
 }
 
 // planTrail is how many passed positions a reader's plan remembers (see
@@ -220,10 +230,12 @@ func (c *Cache) AdvancePlan(ctx context.Context, id string, pos int) error {
 			r.passed = append(r.passed[:0], r.passed[over:]...)
 		}
 		p.consume.Observe(now.Sub(r.at), float64(n))
-	} else {
-		// Back (a reader that restarted): what lies ahead again is not passed.
+	} else if pos < r.cursor {
+		// Back (a reader that restarted): what lies ahead again is not
+		// passed, and the planner's frontier says nothing of it.
 		i, _ := slices.BinarySearch(r.passed, pos)
 		r.passed = r.passed[:i]
+		r.skip = 0
 	}
 	r.cursor, r.at = pos, now
 	p.idx.Advance(id, pos)

@@ -398,3 +398,49 @@ func TestFetchObjectsPinsGeneration(t *testing.T) {
 		t.Errorf("FetchObjects(missing generation) = %v; want object.ErrNotFound", err)
 	}
 }
+
+// TestPlannerFrontier prefetches a plan a few objects at a time: the
+// planner's walks resume where the last one stopped, and a copy dropped
+// behind that frontier (evicted) is fetched again at the next walk.
+func TestPlannerFrontier(t *testing.T) {
+	e := newDirEnv(t)
+	cfg := e.packConfig(t.TempDir(), 256*objSize)
+	cfg.PrefetchParallelism = 4
+	c := openCache(t, cfg)
+	var names []string
+	for i := range 40 {
+		names = append(names, fmt.Sprintf("o%02d", i))
+	}
+	o := e.putObjects(t, names...)
+	hooks := planHooks(c)
+	ctx := context.Background()
+	if err := c.Plan(ctx, "p", o); err != nil {
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	for _, n := range names {
+		if _, ok := c.Lookup("bkt", n); !ok {
+			t.Fatalf("%s not prefetched", n)
+		}
+	}
+	c.mu.Lock()
+	skip := c.plans.readers["p"].skip
+	c.mu.Unlock()
+	if skip != len(o) {
+		t.Errorf("the planner's frontier is at %d after prefetching the whole plan; want %d", skip, len(o))
+	}
+	if _, err := c.Evict(ctx, "bkt", "o20"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.Lookup("bkt", "o20"); ok {
+		t.Fatal("o20 still cached after Evict")
+	}
+	if err := c.AdvancePlan(ctx, "p", 1); err != nil { // wakes the planner
+		t.Fatal(err)
+	}
+	hooks.awaitIdle(t)
+	if _, ok := c.Lookup("bkt", "o20"); !ok {
+		t.Error("o20, evicted behind the planner's frontier, was not fetched again")
+	}
+	checkInvariants(t, c)
+}

@@ -236,9 +236,15 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 		}
 	}
 	if w.more() {
-		for k, d := range p.idx.Upcoming() {
-			if !w.considerLocked(k, d) {
-				break
+		if len(p.readers) == 1 && !p.idx.Repeats() {
+			for _, r := range p.readers {
+				w.sequenceLocked(r)
+			}
+		} else {
+			for k, d := range p.idx.Upcoming() {
+				if !w.considerLocked(k, d) {
+					break
+				}
 			}
 		}
 	}
@@ -300,6 +306,31 @@ func (w *planWalk) passedLocked(r *reader) bool {
 	}
 	r.passed = kept
 	return w.more()
+}
+
+// sequenceLocked walks the only plan's positions from r's cursor on (its
+// upcoming keys, none repeated), as Upcoming would, but skips from
+// promoteAhead past the cursor to where the last walk stopped if no copy
+// was dropped since: those positions all held a copy, or one being fetched
+// or failed, and count as held at item bytes each. The planner walks after
+// fetches end, and a walk over the whole lookahead each time (thousands of
+// cached objects ahead of a fast reader) would cost O(lookahead) per
+// object.
+func (w *planWalk) sequenceLocked(r *reader) {
+	gen := w.c.plans.gen
+	pos := r.cursor
+	for ; pos < len(r.keys); pos++ {
+		if pos-r.cursor == promoteAhead && r.skipGen == gen && r.skip > pos {
+			w.held += int64(r.skip-pos) * max(w.item, 1)
+			if pos = r.skip; pos >= len(r.keys) {
+				break
+			}
+		}
+		if !w.considerLocked(r.keys[pos], pos-r.cursor) {
+			break
+		}
+	}
+	r.skip, r.skipGen = pos, gen
 }
 
 // considerLocked adds k, next used d positions ahead, to the walk: held
