@@ -82,13 +82,15 @@ func (c *Cache) planLoop() {
 	defer func() { c.hooks.Load().onExit("planner") }() // the hooks in place at exit
 	ctx, cancel := c.detach(context.Background())
 	done := make(chan planResult)
+	jobs := make(chan object.Object)
 	var wg sync.WaitGroup
-	inflight := 0
+	inflight, workers := 0, 0
 	defer func() {
 		cancel()
 		for ; inflight > 0; inflight-- {
 			<-done
 		}
+		close(jobs)
 		wg.Wait()
 	}()
 	for {
@@ -130,13 +132,24 @@ func (c *Cache) planLoop() {
 			for _, l := range lists {
 				wg.Go(func() { c.listPlanDir(ctx, l) })
 			}
+			// Each fetch goes to an idle worker, or a new one while
+			// there are fewer than the limit. A worker is idle unless
+			// its fetch is in flight, so with as many workers as the
+			// limit one is idle (or about to be) for every fetch that
+			// the limit lets start.
 			for _, o := range todo {
 				inflight++
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					done <- c.planFetch(ctx, o)
-				}()
+				if workers < limit {
+					select {
+					case jobs <- o:
+						continue
+					default:
+					}
+					workers++
+					wg.Go(func() { c.planWorker(ctx, jobs, done, o) })
+					continue
+				}
+				jobs <- o
 			}
 		}
 		if inflight == 0 {
@@ -152,19 +165,34 @@ type planResult struct {
 	err     error
 }
 
+// planWorker is one of the planner's fetching goroutines: it fetches first,
+// then what jobs brings, until jobs is closed, sending each result to done.
+// Small objects are filled on this goroutine (see shareHere), whose stack
+// grows to the storage client's depth once, not once per object, on a
+// context of its own (here) that is abandoned when ctx ends.
+func (c *Cache) planWorker(ctx context.Context, jobs <-chan object.Object, done chan<- planResult, first object.Object) {
+	here, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abandon(nil)
+	defer context.AfterFunc(ctx, func() { abandon(errAbandoned) })()
+	done <- c.planFetch(ctx, here, first)
+	for o := range jobs {
+		done <- c.planFetch(ctx, here, o)
+	}
+}
+
 // planFetch fetches o at plan priority: by its listed attributes where
 // its directory was listed (see planlist.go), else as FetchObjects does.
-func (c *Cache) planFetch(ctx context.Context, o object.Object) planResult {
+// here is the worker's context for small fills (see shareHere).
+func (c *Cache) planFetch(ctx, here context.Context, o object.Object) planResult {
 	r := planResult{obj: o}
-	progress := func(pr Progress) { r.fetched = pr.BytesFetched }
 	if a, ok := c.listedAttrs(ctx, o); ok {
 		c.mu.Lock()
 		c.plans.stats.Listed++
 		c.mu.Unlock()
-		r.err = c.Prefetch(ctx, []object.Attrs{a}, object.Plan, progress)
+		r.fetched, _, r.err = c.prefetchOne(ctx, here, a, object.Plan)
 		return r
 	}
-	r.err = c.fetchObjects(ctx, []object.Object{o}, object.Plan, progress)
+	r.err = c.fetchObjects(ctx, []object.Object{o}, object.Plan, func(pr Progress) { r.fetched = pr.BytesFetched })
 	return r
 }
 

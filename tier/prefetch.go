@@ -91,9 +91,9 @@ const listAhead = 1024
 
 // prefetch caches the objects objs yields (n of them, or -1 if not known)
 // with up to window of them in flight, on as many workers (a goroutine per
-// worker, not per object: each grows its stack once). One object (the
-// planner's, which calls Prefetch on a goroutine per object) is cached on
-// the caller's goroutine.
+// worker, not per object: each grows its stack once). One object (a
+// FetchObjects of one, as the planner makes for an object it could not
+// list) is cached on the caller's goroutine.
 func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[int, object.Attrs], n int, p object.Priority, window int) error {
 	if limit := int(c.plans.inflight.Load()); window <= 0 || window > limit {
 		window = limit
