@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/cacheagent/cacheagent/object"
 )
@@ -399,19 +400,26 @@ func TestFetchObjectsPinsGeneration(t *testing.T) {
 	}
 }
 
+// packedPlanCache opens a packed cache of budget objects that fetches
+// parallel at a time, and writes n objects named by format (with their
+// index) for a plan: the cache, the names and the objects.
+func packedPlanCache(t *testing.T, n int, format string, budget int64, parallel int) (*Cache, []string, []object.Object) {
+	e := newDirEnv(t)
+	cfg := e.packConfig(t.TempDir(), budget*objSize)
+	cfg.PrefetchParallelism = parallel
+	c := openCache(t, cfg)
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf(format, i)
+	}
+	return c, names, e.putObjects(t, names...)
+}
+
 // TestPlannerFrontier prefetches a plan a few objects at a time: the
 // planner's walks resume where the last one stopped, and a copy dropped
 // behind that frontier (evicted) is fetched again at the next walk.
 func TestPlannerFrontier(t *testing.T) {
-	e := newDirEnv(t)
-	cfg := e.packConfig(t.TempDir(), 256*objSize)
-	cfg.PrefetchParallelism = 4
-	c := openCache(t, cfg)
-	var names []string
-	for i := range 40 {
-		names = append(names, fmt.Sprintf("o%02d", i))
-	}
-	o := e.putObjects(t, names...)
+	c, names, o := packedPlanCache(t, 40, "o%02d", 256, 4)
 	hooks := planHooks(c)
 	ctx := context.Background()
 	if err := c.Plan(ctx, "p", o); err != nil {
@@ -442,5 +450,45 @@ func TestPlannerFrontier(t *testing.T) {
 	if _, ok := c.Lookup("bkt", "o20"); !ok {
 		t.Error("o20, evicted behind the planner's frontier, was not fetched again")
 	}
+	checkInvariants(t, c)
+}
+
+// TestPlannerParallelismChanges changes the planner's fetches in flight up
+// and down while it prefetches a plan: its workers neither deadlock nor
+// lose a fetch, and every object is cached.
+func TestPlannerParallelismChanges(t *testing.T) {
+	c, names, o := packedPlanCache(t, 200, "p%03d", 1024, 2)
+	stop := make(chan struct{})
+	toggled := make(chan struct{})
+	go func() {
+		defer close(toggled)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.SetPrefetchParallelism([]int{1, 8, 3, 16, 2}[i%5])
+			time.Sleep(200 * time.Microsecond)
+		}
+	}()
+	if err := c.Plan(context.Background(), "p", o); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute) // a hang, not a timing
+	for missing := len(names); missing > 0; {
+		missing = 0
+		for _, n := range names {
+			if _, ok := c.Lookup("bkt", n); !ok {
+				missing++
+			}
+		}
+		if missing > 0 && time.Now().After(deadline) {
+			t.Fatalf("%d of %d planned objects still not cached after a minute", missing, len(names))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	<-toggled
 	checkInvariants(t, c)
 }
