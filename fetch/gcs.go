@@ -154,7 +154,13 @@ func newTransport(maxIdle int) *http.Transport {
 	t.MaxIdleConns = 0 // no global cap; per host below
 	t.MaxIdleConnsPerHost = maxIdle
 	t.MaxConnsPerHost = 0
-	t.ReadBufferSize = 64 << 10
+	// The read buffer holds a response's headers; bodies are read into
+	// the Downloader's buffers, which bufio bypasses once it is empty.
+	// Whatever of a body arrived with the headers is copied out of it
+	// first: with 64 KiB that was much of every small object (prefetch of
+	// 20,000 × 100 KiB at 64 + 64: 3-5% more CPU, alternated; large
+	// objects read alike either way).
+	t.ReadBufferSize = 4 << 10
 	t.WriteBufferSize = 16 << 10
 	return t
 }
