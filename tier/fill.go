@@ -37,6 +37,20 @@ func (c *Cache) share(ctx context.Context, a object.Attrs, p object.Priority) (r
 	return c.shareRetry(ctx, a, p, false)
 }
 
+// fillHere returns the context of the small fills a worker goroutine runs
+// (shareHere): ctx's values, cancelled with errAbandoned when ctx ends.
+// One per worker, not one per fill: 128 workers adding and removing a
+// child of ctx per object contend for its lock. Call release when the
+// worker ends.
+func fillHere(ctx context.Context) (here context.Context, release func()) {
+	here, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { abandon(errAbandoned) })
+	return here, func() {
+		stop()
+		abandon(nil)
+	}
+}
+
 // shareHere is share for a prefetch worker filling a small object. When it
 // leads the fill, the fill runs on the worker's goroutine: no goroutine per
 // object, whose fresh stack grew to the storage client's depth each time

@@ -99,18 +99,14 @@ func (c *Cache) planLoop() {
 			return
 		case <-c.plans.wake:
 		case r := <-done:
-			ended := func(r planResult) {
-				inflight--
-				c.planDone(r)
-				c.hooks.Load().onPlanned(1, r.err)
-			}
-			ended(r)
 			// Take every fetch that has ended before walking the plans
 			// again: one walk (over the lookahead) for all of them.
 			for more := true; more; {
+				inflight--
+				c.planDone(r)
+				c.hooks.Load().onPlanned(1, r.err)
 				select {
-				case r := <-done:
-					ended(r)
+				case r = <-done:
 				default:
 					more = false
 				}
@@ -169,11 +165,10 @@ type planResult struct {
 // then what jobs brings, until jobs is closed, sending each result to done.
 // Small objects are filled on this goroutine (see shareHere), whose stack
 // grows to the storage client's depth once, not once per object, on a
-// context of its own (here) that is abandoned when ctx ends.
+// context of its own (fillHere).
 func (c *Cache) planWorker(ctx context.Context, jobs <-chan object.Object, done chan<- planResult, first object.Object) {
-	here, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
-	defer abandon(nil)
-	defer context.AfterFunc(ctx, func() { abandon(errAbandoned) })()
+	here, release := fillHere(ctx)
+	defer release()
 	done <- c.planFetch(ctx, here, first)
 	for o := range jobs {
 		done <- c.planFetch(ctx, here, o)

@@ -114,13 +114,8 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 	}
 	work := make(chan object.Attrs, ahead)
 	worker := func() {
-		// The context of the small objects' fills this goroutine runs
-		// (shareHere): ctx's values, cancelled (errAbandoned) when ctx
-		// ends. One per worker, not one per fill: 128 workers adding and
-		// removing a child of ctx per object contend for its lock.
-		here, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
-		defer abandon(nil)
-		defer context.AfterFunc(ctx, func() { abandon(errAbandoned) })()
+		here, release := fillHere(ctx)
+		defer release()
 		for a := range work {
 			if ctx.Err() != nil { // stopped: the rest are drained, not fetched
 				continue
