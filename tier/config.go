@@ -230,6 +230,7 @@ type openConfig struct {
 	revalidate  time.Duration // negative: never
 	cachedOnly  bool          // a miss is ErrNotCached
 	noSpaceWait bool          // a fill it starts fails rather than wait for space
+	statMiss    bool          // a miss is stat'ed, never served by listed attributes
 }
 
 // NoSpaceWait makes a fill that this Open starts fail with ErrNoSpace

@@ -30,7 +30,9 @@ func (e retryError) Unwrap() error { return e.err }
 // or WithRevalidate) is checked with Source.Stat; a newer generation is
 // fetched and replaces it, a deleted object is dropped (object.ErrNotFound),
 // and if the check itself fails the cached copy is served and a warning
-// logged. With o.Generation != 0 exactly that generation is served.
+// logged. With o.Generation != 0 exactly that generation is served. A miss
+// on a planned object whose directory was listed for the plans within the
+// revalidation interval is filled at its listed generation, not stat'ed.
 //
 // Concurrent Opens and Prefetches of one generation share one download.
 // The handle keeps the file from being evicted until it is closed.
@@ -55,6 +57,7 @@ func (c *Cache) Open(ctx context.Context, o object.Object, opts ...OpenOption) (
 			return h, err
 		}
 		err = re.err
+		oc.statMiss = true // whatever changed, the source says what is live now
 	}
 	return nil, fmt.Errorf("tier: open %s: gave up after %d attempts: %w", o, maxAttempts, err)
 }
@@ -89,11 +92,37 @@ func (c *Cache) openOnce(ctx context.Context, o object.Object, oc openConfig) (*
 	case state == stale:
 		return c.revalidate(ctx, o, gen)
 	}
-	a, err := c.cfg.src.Stat(ctx, o)
+	a, listed, err := c.missAttrs(ctx, o, oc)
 	if err != nil {
 		return nil, fmt.Errorf("tier: open %s: %w", o, err)
 	}
-	return c.fetchAndOpen(ctx, o, a)
+	h, err := c.fetchAndOpen(ctx, o, a)
+	if listed && (errors.Is(err, object.ErrGenerationChanged) || errors.Is(err, object.ErrNotFound)) {
+		return nil, retryError{err} // the listed generation is gone: the next attempt stats o
+	}
+	return h, err
+}
+
+// missAttrs returns the attributes to fill o by on a miss, and whether
+// they are listed ones. A planned object's are those its directory's
+// listing gave the planner, if that listing started within the
+// revalidation interval: as fresh as a Stat then, and a reader that
+// overtakes the planner joins its fill without a round trip of its own (in
+// a cold epoch about one Open in five reaches an object before its fill
+// ends). Any other object is stat'ed, as is every one once an attempt
+// found its listed generation gone.
+func (c *Cache) missAttrs(ctx context.Context, o object.Object, oc openConfig) (object.Attrs, bool, error) {
+	if !oc.statMiss && oc.revalidate != 0 {
+		maxAge := planListTTL
+		if oc.revalidate > 0 {
+			maxAge = min(maxAge, oc.revalidate)
+		}
+		if a, ok := c.listedAttrs(ctx, o, maxAge); ok {
+			return a, true, nil
+		}
+	}
+	a, err := c.cfg.src.Stat(ctx, o)
+	return a, false, err
 }
 
 // lookup finds o in memory. On a hit it acquires the best copy.

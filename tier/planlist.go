@@ -157,9 +157,9 @@ func (c *Cache) applyListed(as []object.Attrs, at time.Time) {
 
 // listedAttrs returns the listed attributes of planned object o, waiting
 // for the first page of its directory's listing if one is running; false
-// if there are none (not listed, listed too long ago, or at another
+// if there are none (not listed, listed longer than maxAge ago, or at another
 // generation than o pins).
-func (c *Cache) listedAttrs(ctx context.Context, o object.Object) (object.Attrs, bool) {
+func (c *Cache) listedAttrs(ctx context.Context, o object.Object, maxAge time.Duration) (object.Attrs, bool) {
 	k := indexKey(o.Bucket, o.Name)
 	lookup := func() (object.Attrs, <-chan struct{}) {
 		c.mu.Lock()
@@ -169,7 +169,7 @@ func (c *Cache) listedAttrs(ctx context.Context, o object.Object) (object.Attrs,
 		if !ok {
 			return object.Attrs{}, nil
 		}
-		if a := pl.listed; a.Generation != 0 && time.Since(pl.listedAt) < planListTTL &&
+		if a := pl.listed; a.Generation != 0 && time.Since(pl.listedAt) < maxAge &&
 			(o.Generation == 0 || o.Generation == a.Generation) {
 			return a, nil
 		}

@@ -180,7 +180,7 @@ func (c *Cache) planWorker(ctx context.Context, jobs <-chan object.Object, done 
 // here is the worker's context for small fills (see shareHere).
 func (c *Cache) planFetch(ctx, here context.Context, o object.Object) planResult {
 	r := planResult{obj: o}
-	if a, ok := c.listedAttrs(ctx, o); ok {
+	if a, ok := c.listedAttrs(ctx, o, planListTTL); ok {
 		c.mu.Lock()
 		c.plans.stats.Listed++
 		c.mu.Unlock()
