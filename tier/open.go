@@ -97,7 +97,8 @@ func (c *Cache) openOnce(ctx context.Context, o object.Object, oc openConfig) (*
 		return nil, fmt.Errorf("tier: open %s: %w", o, err)
 	}
 	h, err := c.fetchAndOpen(ctx, o, a)
-	if listed && (errors.Is(err, object.ErrGenerationChanged) || errors.Is(err, object.ErrNotFound)) {
+	if _, retry := err.(retryError); !retry && listed &&
+		(errors.Is(err, object.ErrGenerationChanged) || errors.Is(err, object.ErrNotFound)) {
 		return nil, retryError{err} // the listed generation is gone: the next attempt stats o
 	}
 	return h, err
