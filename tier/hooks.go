@@ -32,6 +32,18 @@ type testHooks struct {
 	// syncing runs when the packer starts to make a group of n packed
 	// objects durable, before its fdatasync.
 	syncing func(n int)
+	// fetchRate, if positive, is the fetch rate (bytes per second) the
+	// planner's lookahead uses in place of the measured one.
+	fetchRate float64
+}
+
+// fetchRateOr returns the fetch rate the planner is to use: the hooks'
+// fixed one, or measured.
+func (h *testHooks) fetchRateOr(measured float64) float64 {
+	if h != nil && h.fetchRate > 0 {
+		return h.fetchRate
+	}
+	return measured
 }
 
 func (h *testHooks) onSyncing(n int) {

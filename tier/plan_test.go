@@ -401,6 +401,23 @@ func TestFetchObjectsPinsGeneration(t *testing.T) {
 	}
 }
 
+// fastLink fixes the fetch rate c's planner plans by at 1 TB/s, so that
+// its lookahead (at least two seconds of fetching) holds a test's whole
+// plan while no reader consumes it. A test that expects a plan prefetched
+// whole without reading it needs this: on a loaded machine (the race
+// detector, packages tested side by side) one slow span of fetches can
+// bring the measured rate down to a lookahead of fewer objects than the
+// plan, and with no reader moving the planner rightly stops there. It keeps
+// the hooks in place; planHooks replaces them, so it goes after.
+func fastLink(c *Cache) {
+	h := &testHooks{}
+	if old := c.hooks.Load(); old != nil {
+		*h = *old
+	}
+	h.fetchRate = 1e12
+	c.hooks.Store(h)
+}
+
 // packedPlanCache opens a packed cache of budget objects that fetches
 // parallel at a time, and writes n objects named by format (with their
 // index) for a plan: the cache, the names and the objects.
@@ -422,6 +439,7 @@ func packedPlanCache(t *testing.T, n int, format string, budget int64, parallel 
 func TestPlannerFrontier(t *testing.T) {
 	c, names, o := packedPlanCache(t, 40, "o%02d", 256, 4)
 	hooks := planHooks(c)
+	fastLink(c)
 	ctx := context.Background()
 	if err := c.Plan(ctx, "p", o); err != nil {
 		t.Fatal(err)
@@ -459,6 +477,7 @@ func TestPlannerFrontier(t *testing.T) {
 // lose a fetch, and every object is cached.
 func TestPlannerParallelismChanges(t *testing.T) {
 	c, names, o := packedPlanCache(t, 200, "p%03d", 1024, 2)
+	fastLink(c)
 	stop := make(chan struct{})
 	toggled := make(chan struct{})
 	go func() {
@@ -485,7 +504,11 @@ func TestPlannerParallelismChanges(t *testing.T) {
 			}
 		}
 		if missing > 0 && time.Now().After(deadline) {
-			t.Fatalf("%d of %d planned objects still not cached after a minute", missing, len(names))
+			c.mu.Lock()
+			st := c.plans.stats
+			c.mu.Unlock()
+			t.Fatalf("%d of %d planned objects still not cached after a minute (lookahead %d bytes)",
+				missing, len(names), st.Lookahead)
 		}
 		time.Sleep(time.Millisecond)
 	}

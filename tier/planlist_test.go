@@ -73,6 +73,7 @@ func TestPlannerListsDirectories(t *testing.T) {
 	cfg.Source = src
 	c := openCache(t, cfg)
 	hooks := planHooks(c)
+	fastLink(c) // the whole plan within the lookahead
 	if err := c.Plan(context.Background(), "p", objs); err != nil {
 		t.Fatal(err)
 	}
@@ -181,6 +182,7 @@ func TestPlannerListsAheadOfSizes(t *testing.T) {
 	cfg.Source = src
 	c := openCache(t, cfg)
 	hooks := planHooks(c)
+	fastLink(c) // once sizes are known, the whole plan within the lookahead
 	if err := c.Plan(context.Background(), "p", objs); err != nil {
 		t.Fatal(err)
 	}

@@ -251,7 +251,7 @@ func (c *Cache) planNextLocked(max int) []object.Object {
 	}
 	item := p.avgSize()
 	w := planWalk{c: c, max: max, item: item,
-		ahead: p.lookaheadLocked(item, c.base.maxBytes/planBudgetShare),
+		ahead: p.lookaheadLocked(item, c.base.maxBytes/planBudgetShare, c.hooks.Load()),
 		free:  c.base.maxBytes - c.base.committedLocked()}
 	for _, id := range slices.Sorted(maps.Keys(p.readers)) {
 		if !w.passedLocked(p.readers[id]) {
@@ -412,18 +412,20 @@ func (w *planWalk) considerLocked(k string, d int) bool {
 
 // lookaheadLocked returns how far ahead of the readers to hold objects of
 // item bytes (0: unknown), at most limit bytes: bytes from the measured
-// rates, but never less than inflight+1 objects nor planLookaheadTime
-// of fetching at the measured rate, or 2 objects while no size is known.
+// rates (the fetch rate as h gives it, see testHooks.fetchRate), but never
+// less than inflight+1 objects nor planLookaheadTime of fetching at the
+// measured rate, or 2 objects while no size is known.
 //
 // The floor keeps every fetch slot busy while readers wait on the link: a
 // consumption rate measured while readers wait is the fetch rate itself,
 // so the rates alone would keep the lookahead at a few objects and leave
 // the link idle between rounds of them.
-func (p *plans) lookaheadLocked(item, limit int64) int64 {
+func (p *plans) lookaheadLocked(item, limit int64, h *testHooks) int64 {
 	if item <= 0 {
 		return 2
 	}
 	fr, _ := p.fetch.Rate()
+	fr = h.fetchRateOr(fr)
 	cr, _ := p.consume.Rate()
 	remaining := p.remainingLocked(item)
 	ahead := plan.Lookahead(plan.Rates{Fetch: fr, Consume: cr}, item, remaining, limit)
