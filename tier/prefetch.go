@@ -145,6 +145,9 @@ func (c *Cache) prefetch(ctx context.Context, run *prefetchRun, objs iter.Seq2[i
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
+			if n < 0 || i < n-1 {
+				run.cutShort()
+			}
 			break
 		}
 	}
@@ -212,6 +215,17 @@ type prefetchRun struct {
 	p       Progress
 	errs    []error
 	listErr error
+	// cut: the run stopped taking objects before they ran out;
+	// cutListing: while they were being listed (PrefetchSeq).
+	cut, cutListing bool
+}
+
+// cutShort records that the run stopped taking objects before they ran
+// out: even if every object taken is done, the run is not complete.
+func (r *prefetchRun) cutShort() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cut, r.cutListing = true, r.p.Listing
 }
 
 // listed counts one more object listed.
@@ -271,11 +285,15 @@ func (r *prefetchRun) result(ctx context.Context) error {
 	if r.listErr != nil {
 		errs = append(errs, fmt.Errorf("tier: prefetch: %w", r.listErr))
 	}
-	if r.p.ObjectsDone < r.p.Objects {
+	if r.p.ObjectsDone < r.p.Objects || r.cut {
 		cause := context.Cause(ctx)
 		if !errors.Is(cause, ErrNoSpace) { // a no-space error is already among errs
-			errs = append(errs, fmt.Errorf("tier: prefetch stopped after %d of %d objects: %w",
-				r.p.ObjectsDone, r.p.Objects, cause))
+			of := fmt.Sprint(r.p.Objects)
+			if r.cutListing {
+				of += " listed so far"
+			}
+			errs = append(errs, fmt.Errorf("tier: prefetch stopped after %d of %s objects: %w",
+				r.p.ObjectsDone, of, cause))
 		}
 	}
 	return errors.Join(errs...)
