@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 
 	"github.com/cacheagent/cacheagent/bench/bare"
 	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/internal/cputime"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -158,17 +158,11 @@ func each(attrs []object.Attrs, conns int, f func(object.Attrs) error) error {
 // cpuOf runs f and returns the process's CPU time (user and system) it took.
 func cpuOf(b *testing.B, f func() error) time.Duration {
 	b.Helper()
-	c0 := rusage()
+	c0 := cputime.Self()
 	if err := f(); err != nil {
 		b.Fatal(err)
 	}
-	return rusage() - c0
-}
-
-func rusage() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return cputime.Self() - c0
 }
 
 // report reports cpu over b.N rounds of n objects as µs per object.

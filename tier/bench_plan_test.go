@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/cacheagent/cacheagent/bench/bare"
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fetch"
+	"github.com/cacheagent/cacheagent/internal/cputime"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -65,9 +65,9 @@ func BenchmarkPlannedCold(b *testing.B) {
 		}
 		for _, lay := range layouts {
 			b.Run(fmt.Sprintf("%s/conns-%d+%d/%s", cs.link, conns, conns, lay.name), func(b *testing.B) {
-				cpu0 := cpuTime()
+				cpu0 := cputime.Self()
 				link := bareLink(b, emu.Endpoint(), len(plan), 2*conns)
-				linkCPU := cpuTime() - cpu0
+				linkCPU := cputime.Self() - cpu0
 				var total, firstByte, cpu time.Duration
 				for i := 0; i < b.N; i++ {
 					ep := plannedEpoch(b, emu.Endpoint(), plan, conns, batch, readers, lay.packBelow)
@@ -102,13 +102,6 @@ func BenchmarkPlannedCold(b *testing.B) {
 func warmEpoch(b *testing.B, endpoint string, plan []object.Object) {
 	b.Helper()
 	plannedEpoch(b, endpoint, plan, 16, 32, 2, 0)
-}
-
-// cpuTime returns the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // bareLink lists the emulator's bench/imgs/ (the plan) and GETs every
@@ -163,7 +156,7 @@ func plannedEpoch(b testing.TB, endpoint string, plan []object.Object, conns, ba
 		b.Fatal(err)
 	}
 	defer c.Close()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), cputime.Self()
 	if err := c.Plan(ctx, "bench", plan); err != nil {
 		b.Fatal(err)
 	}
@@ -197,7 +190,7 @@ func plannedEpoch(b testing.TB, endpoint string, plan []object.Object, conns, ba
 		})
 	}
 	wg.Wait()
-	ep := epoch{took: time.Since(start), cpu: cpuTime() - cpu0,
+	ep := epoch{took: time.Since(start), cpu: cputime.Self() - cpu0,
 		firstByte: time.Duration(ts.firstByte.Load() / max(ts.n.Load(), 1))}
 	select {
 	case err := <-errs:

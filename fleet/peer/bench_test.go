@@ -3,11 +3,11 @@ package peer
 import (
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cacheagent/cacheagent/bench/emulator"
+	"github.com/cacheagent/cacheagent/internal/cputime"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -36,10 +36,10 @@ func BenchmarkSmallFromOwner(b *testing.B) {
 				cfg := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
 				cfg.BatchBelow = mode.below
 				a := startNode(b, e, "a", la, cfg, nil)
-				c0, t0 := cpuTime(), time.Now()
+				c0, t0 := cputime.Self(), time.Now()
 				fetchAll(b, a, objs)
 				total += time.Since(t0)
-				cpu += cpuTime() - c0
+				cpu += cputime.Self() - c0
 				if st := a.src.Stats(); st.OriginBytes != 0 {
 					b.Fatalf("%d bytes from GCS; want all from the owner", st.OriginBytes)
 				}
@@ -65,11 +65,4 @@ func fetchAll(b *testing.B, nd *node, objs []object.Object) {
 		})
 	}
 	wg.Wait()
-}
-
-// cpuTime returns the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -12,10 +12,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"syscall"
-	"time"
 
 	"github.com/cacheagent/cacheagent/bench/bare"
+	"github.com/cacheagent/cacheagent/internal/cputime"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -38,20 +37,13 @@ func run(ctx context.Context, endpoint string, conns int, uri string) error {
 	if err != nil {
 		return err
 	}
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	res, err := bare.Read(ctx, endpoint, conns, u.Bucket, u.Path)
 	if err != nil {
 		return err
 	}
 	secs := res.Elapsed.Seconds()
 	fmt.Printf("objects %d bytes %d seconds %.3f objects/s %.1f cpu-seconds %.3f\n",
-		res.Objects, res.Bytes, secs, float64(res.Objects)/secs, (cpuTime() - cpu0).Seconds())
+		res.Objects, res.Bytes, secs, float64(res.Objects)/secs, (cputime.Self() - cpu0).Seconds())
 	return nil
-}
-
-// cpuTime returns the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -18,8 +18,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
+
+	"github.com/cacheagent/cacheagent/internal/cputime"
 )
 
 func main() {
@@ -55,14 +56,14 @@ func run(dir string, rounds, perRound, size int) (err error) {
 		if err != nil {
 			return err
 		}
-		cpu0, t0 := cpuTime(), time.Now()
+		cpu0, t0 := cputime.Self(), time.Now()
 		for i := range n {
 			if _, err := f.WriteAt(buf, int64(i)*int64(size)); err != nil {
 				f.Close()
 				return err
 			}
 		}
-		cpu, wall := cpuTime()-cpu0, time.Since(t0)
+		cpu, wall := cputime.Self()-cpu0, time.Since(t0)
 		if err := f.Close(); err != nil {
 			return err
 		}
@@ -70,11 +71,4 @@ func run(dir string, rounds, perRound, size int) (err error) {
 			float64(cpu.Microseconds())/float64(n), float64(wall.Microseconds())/float64(n))
 	}
 	return nil
-}
-
-// cpuTime returns the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
