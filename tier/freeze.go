@@ -50,13 +50,17 @@ func (c *Cache) coldSets() []*coldSet {
 }
 
 // currentLocked returns the entry that now stands for e, which the caller
-// held across an unlock of mu: e itself, or the thawed entry of e's
-// generation if e was frozen meanwhile (nil if it has left the cache).
+// held across an unlock of mu: e itself, or the thawed entry of e's copy
+// if e was frozen meanwhile (nil if the copy has left the cache). A copy of
+// the same generation filled again since is another copy: it lies
+// elsewhere (segments are only appended to), and whatever the caller
+// learned of e's bytes says nothing of its.
 func (c *Cache) currentLocked(e *entry) *entry {
 	if e.state != frozen {
 		return e
 	}
-	if n := c.entryLocked(e.key); n != nil && n.rec.gen == e.rec.gen {
+	n := c.entryLocked(e.key)
+	if n != nil && n.rec.gen == e.rec.gen && n.rec.packed && n.rec.seg == e.rec.seg && n.rec.off == e.rec.off {
 		return n
 	}
 	return nil

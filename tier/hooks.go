@@ -35,6 +35,12 @@ type testHooks struct {
 	// fetchRate, if positive, is the fetch rate (bytes per second) the
 	// planner's lookahead uses in place of the measured one.
 	fetchRate float64
+	// verifying runs when Verify has opened and checked the file of
+	// key's copy, before it reads it.
+	verifying func(key string)
+	// punching runs when a flush of evicted packed objects' regions has
+	// synced the index, before it punches n regions.
+	punching func(n int)
 }
 
 // fetchRateOr returns the fetch rate the planner is to use: the hooks'
@@ -44,6 +50,18 @@ func (h *testHooks) fetchRateOr(measured float64) float64 {
 		return h.fetchRate
 	}
 	return measured
+}
+
+func (h *testHooks) onVerifying(key string) {
+	if h != nil && h.verifying != nil {
+		h.verifying(key)
+	}
+}
+
+func (h *testHooks) onPunching(n int) {
+	if h != nil && h.punching != nil {
+		h.punching(n)
+	}
 }
 
 func (h *testHooks) onSyncing(n int) {

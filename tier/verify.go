@@ -194,9 +194,9 @@ func (c *Cache) verifyCopy(ctx context.Context, cp *entry, pace *pacer, res *Ver
 	default:
 		reason = fmt.Sprintf("CRC32C %08x, want %08x", crc, a.CRC32C)
 	}
-	c.cfg.log.Warn("tier: cached copy is corrupt; dropping it", "tier", cp.st.name,
-		"object", a.Object.String(), "path", cp.path(), "reason", reason)
 	if c.dropCopy(cp, func() { c.verifyCountersLocked(cp.st).corrupt++ }) {
+		c.cfg.log.Warn("tier: cached copy was corrupt; dropped it", "tier", cp.st.name,
+			"object", a.Object.String(), "path", cp.path(), "reason", reason)
 		res.Corrupt++
 		res.drop(a.Object, cp.st.name, reason)
 	} else {
@@ -243,6 +243,7 @@ func (c *Cache) readCopy(ctx context.Context, cp *entry, pace *pacer) (uint32, i
 	if err := cp.checkFile(f); err != nil {
 		return 0, 0, err
 	}
+	c.hooks.Load().onVerifying(cp.key)
 	var crc uint32
 	var n int64
 	buf := make([]byte, verifyBuf)

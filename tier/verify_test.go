@@ -332,3 +332,62 @@ func TestPacer(t *testing.T) {
 		t.Errorf("slow pacer after an hour: take(1 MiB) = %v; want 0", got)
 	}
 }
+
+// TestVerifyFrozenSparesRefetchedCopy: Verify reads a frozen object through
+// a stand-in for its record. If the object is evicted (its region punched)
+// and filled again at the same generation during the read, the read sees
+// the evicted copy's bytes, not the new copy's: the new copy is not
+// dropped for them, and nothing is counted corrupt.
+func TestVerifyFrozenSparesRefetchedCopy(t *testing.T) {
+	env := newDirEnv(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	const n = 8
+	for i := range n {
+		env.put(t, "bkt", string(rune('a'+i)), pattern(i, 200<<10))
+	}
+	cfg := env.coldConfig(dir, 64<<20, 1)
+	reading, resume := make(chan struct{}), make(chan struct{})
+	cfg.hooks.verifying = func(key string) {
+		if key == indexKey("bkt", "a") {
+			close(reading)
+			<-resume
+		}
+	}
+	c := openCache(t, cfg)
+	for i := range n {
+		openRead(t, c, obj("bkt", string(rune('a'+i))), pattern(i, 200<<10))
+	}
+	if err := flushAll(c); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.trimWarmLocked()
+	_, frozen := c.coldRecordLocked(indexKey("bkt", "a"))
+	c.mu.Unlock()
+	if !frozen {
+		t.Fatal("a is not frozen")
+	}
+	done := make(chan VerifyResult)
+	go func() {
+		res, err := c.Verify(ctx, VerifyOptions{Bucket: "bkt", Prefix: "a"})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	<-reading
+	if res, err := c.Evict(ctx, "bkt", "a"); err != nil || res.Evicted != 1 {
+		t.Fatalf("Evict = %+v, %v", res, err)
+	}
+	openRead(t, c, obj("bkt", "a"), pattern(0, 200<<10)) // filled again, same generation
+	close(resume)
+	res := <-done
+	if res.Corrupt != 0 {
+		t.Errorf("Verify counted %d copies corrupt: %+v", res.Corrupt, res.Dropped)
+	}
+	if _, ok := c.Lookup("bkt", "a"); !ok {
+		t.Error("the new copy of a was dropped for the evicted copy's bytes")
+	}
+	checkInvariants(t, c)
+}
