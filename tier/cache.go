@@ -42,10 +42,17 @@ type Cache struct {
 	promoteQ chan *entry        // promotions queued by Opens; nil without a hot tier
 	segs     *segments          // the base tier's segment files (packed objects)
 	packQ    chan *entry        // packed objects live but not yet durable, for the packer
-	dls      *downloads         // downloads in flight, which promotions give way to
-	stop     chan struct{}      // closed by Close to stop the background goroutines
-	flushNow chan struct{}      // asks the flusher for a flush now (capacity 1)
-	bg       sync.WaitGroup     // the flusher, the promoter, the planner, the packer and the watcher
+	punch    punches            // evicted packed objects' regions, punched once their deletion is durable
+	// idxSyncMu is held shared while flushPunches syncs the index
+	// without idxMu (a sync needs no order with writes), and by Close to
+	// close it.
+	idxSyncMu sync.RWMutex
+	// punchWake asks the packer for a flush of punch (capacity 1).
+	punchWake chan struct{}
+	dls       *downloads     // downloads in flight, which promotions give way to
+	stop      chan struct{}  // closed by Close to stop the background goroutines
+	flushNow  chan struct{}  // asks the flusher for a flush now (capacity 1)
+	bg        sync.WaitGroup // the flusher, the promoter, the planner, the packer and the watcher
 	// onJoin, if set (by tests, before use), is called with the number of
 	// callers waiting on a fill each time one joins it.
 	onJoin func(waiters int)
@@ -145,7 +152,8 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
 		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
-		packQ: make(chan *entry, maxPackGroup),
+		packQ:     make(chan *entry, maxPackGroup),
+		punchWake: make(chan struct{}, 1),
 	}
 	base.plans = c.plans
 	base.cold = coldAccess{thawOld: c.thawOldLocked, refreeze: c.refreezeLocked, each: c.coldEachUnpinnedLocked,
@@ -197,11 +205,14 @@ func (c *Cache) Close() error {
 		c.cfg.log.Warn("tier: free the active segment's unused space", "err", err)
 	}
 	ferr := c.flushAccess()
+	c.flushPunches()
 	c.releaseCold()
+	c.idxSyncMu.Lock()
 	c.idxMu.Lock()
 	c.idxClosed = true
 	ierr := c.idx.close()
 	c.idxMu.Unlock()
+	c.idxSyncMu.Unlock()
 	err := errors.Join(ferr, ierr, c.base.lock.release())
 	if c.hot != nil {
 		err = errors.Join(err, c.hot.lock.release())

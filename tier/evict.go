@@ -22,7 +22,8 @@ type EvictResult struct {
 // Evict removes every cached object of bucket whose name starts with prefix
 // from the cache, with its shm copy, except pinned ones (Unpin them first).
 // Objects in use leave the cache too, pending the last Close of their
-// handles, which then become stale.
+// handles, which then become stale. The space of those evicted is free on
+// disk when it returns.
 func (c *Cache) Evict(ctx context.Context, bucket, prefix string) (EvictResult, error) {
 	var res EvictResult
 	end, err := c.begin()
@@ -30,6 +31,7 @@ func (c *Cache) Evict(ctx context.Context, bucket, prefix string) (EvictResult, 
 		return res, err
 	}
 	defer end()
+	defer c.flushPunches()
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("tier: evict: %w", err)
 	}

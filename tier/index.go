@@ -4,11 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/options"
+	"golang.org/x/sys/unix"
 )
 
 // formatVersion is the version of the index's on-disk format (see the package
@@ -166,7 +170,8 @@ func (d *decoder) uint32() uint32 {
 // index is the badger database under Dir/index. It is the durable record of
 // what is cached; the Cache serialises writes (see Cache.idxMu).
 type index struct {
-	db *badger.DB
+	db  *badger.DB
+	dir string
 }
 
 // badgerOptions tunes badger for a small index and little memory: one
@@ -176,7 +181,7 @@ func badgerOptions(dir string, log *slog.Logger) badger.Options {
 		WithLogger(badgerLogger{log}).
 		WithLoggingLevel(badger.WARNING).
 		WithMetricsEnabled(false).
-		WithSyncWrites(false). // data files are fsynced; a lost record only orphans a file
+		WithSyncWrites(false). // data files are fsynced; a lost record only orphans a file (see punch.go)
 		WithDetectConflicts(false).
 		WithNumVersionsToKeep(1).
 		WithNumGoroutines(2).
@@ -201,7 +206,7 @@ func openIndex(dir string, log *slog.Logger) (*index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tier: open index %s: %w", dir, err)
 	}
-	x := &index{db: db}
+	x := &index{db: db, dir: dir}
 	if err := x.checkFormat(log); err != nil {
 		db.Close()
 		return nil, err
@@ -311,6 +316,38 @@ func (x *index) scan(fn func(key, val []byte)) error {
 		return fmt.Errorf("tier: scan index: %w", err)
 	}
 	return nil
+}
+
+// sync makes every write so far durable (the index is written without
+// syncs; see badgerOptions). badger's Sync syncs the log of the memtable
+// taking writes, not that of one it rotated out and has not yet written to
+// a table (which may hold earlier writes): those logs (*.mem, mapped
+// files) are synced here too. One created or removed meanwhile holds only
+// later writes, or its writes are in a table already.
+func (x *index) sync() error {
+	if err := x.db.Sync(); err != nil {
+		return fmt.Errorf("tier: sync index: %w", err)
+	}
+	logs, err := filepath.Glob(filepath.Join(x.dir, "*.mem"))
+	if err != nil {
+		return fmt.Errorf("tier: sync index: %w", err)
+	}
+	for _, p := range logs {
+		if err := syncFile(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("tier: sync index: %w", err)
+		}
+	}
+	return nil
+}
+
+// syncFile fdatasyncs the file at p.
+func syncFile(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Fdatasync(int(f.Fd()))
 }
 
 // close closes the database.

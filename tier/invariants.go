@@ -135,6 +135,7 @@ func (c *Cache) checkStoreLocked(st *store, copies func(yield func(*entry) bool)
 	if st.pending != pending {
 		errs = append(errs, fmt.Errorf("%s pending = %d; zombies add up to %d", st.name, st.pending, pending))
 	}
+	used += st.dead
 	if len(st.deleting) == 0 && used != st.used {
 		errs = append(errs, fmt.Errorf("%s used = %d; copies add up to %d", st.name, st.used, used))
 	}

@@ -76,7 +76,10 @@ type entry struct {
 	// use: no new handle is given on them, even by exact generation.
 	doomed bool
 	// detached is set on a zombie whose path a newer copy took over.
-	detached  bool
+	detached bool
+	// keepBytes is set on a dropped packed copy whose record could not
+	// be deleted: its region is not punched (see deleteRecords).
+	keepBytes bool
 	promoting bool
 	// staleSet is the value a stale flag created now starts with.
 	staleSet bool

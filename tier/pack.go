@@ -38,13 +38,12 @@ func (c *Cache) fillPacked(ctx context.Context, a object.Attrs, u *object.Urgenc
 		e, err = c.installPacked(a, seg, off, need)
 	}
 	if err != nil {
-		_ = c.segs.done(seg) // it holds this object still: never removed here
+		c.segmentDone(seg) // it holds this object still: never removed here
+		// No record names this space: punched at once.
 		if perr := punchRegions(seg, []region{{off, need}}); perr != nil {
 			c.cfg.log.Warn("tier: free a failed fill's space", "object", a.Object.String(), "err", perr)
 		}
-		if rerr := c.segs.release(seg, 1); rerr != nil {
-			c.cfg.log.Warn("tier: remove segment", "segment", seg.path, "err", rerr)
-		}
+		c.releaseSegment(seg, 1)
 		return nil, err
 	}
 	// The fill stays in the segment's count (its file open) until the
@@ -79,6 +78,9 @@ func (c *Cache) growSegment(seg *segment, end int64) error {
 		return nil
 	}
 	to := max(end, min(seg.allocated+segmentChunk, c.segs.max))
+	if seg.limit > 0 { // sealed: the fills left end before limit
+		to = max(end, min(to, seg.limit))
+	}
 	err := c.allocateAt(seg.f, seg.allocated, to-seg.allocated, c.base, 0)
 	if errors.Is(err, syscall.ENOSPC) && to > end {
 		to = end
@@ -134,6 +136,9 @@ func (c *Cache) packLoop() {
 		select {
 		case e := <-c.packQ:
 			group = append(group, e)
+		case <-c.punchWake:
+			c.flushPunches()
+			continue
 		case <-c.stop:
 			for {
 				select {
@@ -148,6 +153,9 @@ func (c *Cache) packLoop() {
 			}
 		}
 		c.commitGroup(c.gather(group))
+		if c.punch.queued() > 0 {
+			c.flushPunches()
+		}
 	}
 }
 
@@ -207,9 +215,13 @@ func (c *Cache) commitGroup(group []*entry) {
 	var written []*entry
 	for _, e := range group {
 		if err := synced[e.seg]; err != nil {
+			// It stays unsynced, so nothing writes its record before
+			// dropDamaged drops it below.
 			c.cfg.log.Warn("tier: packed object not made durable; dropping it", "key", e.key, "err", err)
 			failed = append(failed, e)
-		} else if e.state == live && c.entries[e.key] == e && !c.idxClosed {
+			continue
+		}
+		if e.state == live && c.entries[e.key] == e && !c.idxClosed {
 			keys, recs, written = append(keys, e.key), append(recs, e.rec), append(written, e)
 			e.dirty = false // written now, with every change so far
 		}
@@ -230,9 +242,7 @@ func (c *Cache) commitGroup(group []*entry) {
 	c.mu.Unlock()
 	c.idxMu.Unlock()
 	for _, e := range group {
-		if err := c.segs.done(e.seg); err != nil {
-			c.cfg.log.Warn("tier: remove segment", "segment", e.seg.path, "err", err)
-		}
+		c.segmentDone(e.seg)
 	}
 	for _, e := range failed {
 		c.dropDamaged(e)

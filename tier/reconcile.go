@@ -90,7 +90,7 @@ func (c *Cache) reconcile(ctx context.Context) error {
 	c.cfg.log.Info("tier: cache opened", "dir", c.base.lay.root, "tier", c.base.name, "entries", st.Entries,
 		"used", st.UsedBytes, "max", st.MaxBytes, "temp_removed", temps, "orphans_removed", orphans,
 		"records_dropped", len(drop), "evicted_over_budget", st.Evictions,
-		"segments", pk.segments, "segments_removed", pk.removed, "segment_gaps_freed", pk.gaps,
+		"segments", pk.segments, "segments_removed", pk.removed, "segment_dead_bytes", pk.dead,
 		"shm_entries", shm.Entries, "shm_used", shm.UsedBytes, "shm_temp_removed", hot.temps,
 		"shm_orphans_removed", hot.orphans, "shm_copies_lost", hot.lost,
 		"took", time.Since(start).Round(time.Millisecond))
@@ -283,7 +283,8 @@ func (c *Cache) adoptCold(cold coldLoad, pk segmentReconcile) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cold, c.pinnedCold = cold.unpinned, cold.pinned
-	c.base.used += pk.coldUsed
+	c.base.used += pk.coldUsed + pk.dead
+	c.base.dead += pk.dead
 	c.base.pinnedBytes += pinnedBytes
 	c.base.copies += len(pk.cold)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,8 +47,9 @@ const segmentMax = 256 << 20
 // at a time, ahead of the fills that write into it: one fallocate (and
 // free-space check) per forty 100 KiB objects rather than one each, which
 // took about 7% of a small-object prefetch's CPU (VM2). What a segment is
-// allocated past its last object is freed when it is sealed at Close, and
-// after a crash by the next start's reconcile.
+// allocated past its last object is freed when it is sealed; after a crash
+// the next start counts it as the segment's dead space (see
+// reconcileSegments).
 const segmentChunk = 4 << 20
 
 // pageSize is the alignment every packed offset has at least, whatever the
@@ -71,15 +73,22 @@ type segment struct {
 	// when it drops to 0 after it was sealed.
 	fills  int
 	sealed bool
-	// allocMu guards allocated: the bytes from the file's start that
-	// have space allocated (see Cache.growSegment). A leaf lock, taken
-	// with or without segments.mu.
+	// dead is the space allocated to the file that no object holds and
+	// that a previous process may have served (see reconcileSegments):
+	// counted in the budget, freed when the segment is deleted.
+	dead int64
+	// allocMu guards allocated, the bytes from the file's start that
+	// have space allocated (see Cache.growSegment), and limit, the end of
+	// the last object once the segment is sealed (0 before): nothing is
+	// allocated past it. A leaf lock, taken with or without segments.mu.
 	allocMu   sync.Mutex
 	allocated int64
+	limit     int64
 }
 
 // segments are the base tier's segment files.
 type segments struct {
+	log   *slog.Logger
 	dir   string
 	align int64 // every packed object starts at a multiple of it
 	max   int64 // segmentMax (tests lower it before the first fill)
@@ -98,8 +107,8 @@ type segments struct {
 
 // newSegments returns the segments of the base tier laid out in lay; next is
 // the first number not in use.
-func newSegments(lay layout, bsize int64, next uint64) *segments {
-	return &segments{dir: lay.seg, align: max(bsize, int64(os.Getpagesize()), pageSize), max: segmentMax, next: next,
+func newSegments(log *slog.Logger, lay layout, bsize int64, next uint64) *segments {
+	return &segments{log: log, dir: lay.seg, align: max(bsize, int64(os.Getpagesize()), pageSize), max: segmentMax, next: next,
 		byNum: make(map[uint64]*segment)}
 }
 
@@ -133,7 +142,9 @@ func (s *segments) alloc(size int64) (*segment, int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.active != nil && s.end+size > s.max && s.end > 0 {
-		s.sealLocked(s.active)
+		if err := s.retireActiveLocked(); err != nil {
+			s.log.Warn("tier: free a full segment's unused space", "err", err)
+		}
 	}
 	if s.active == nil {
 		seg, err := s.createLocked()
@@ -212,8 +223,8 @@ func (s *segments) lost(seg *segment) {
 
 // done ends a fill's writing into seg (a packed object's, once the packer
 // synced it). It deletes the segment if it was sealed and its objects left
-// meanwhile.
-func (s *segments) done(seg *segment) error {
+// meanwhile, and returns the dead space that freed.
+func (s *segments) done(seg *segment) (int64, error) {
 	s.mu.Lock()
 	s.writing--
 	seg.fills--
@@ -224,29 +235,32 @@ func (s *segments) done(seg *segment) error {
 	return s.removeIfEmptyLocked(seg)
 }
 
-// release drops n objects' space in seg (their blocks are punched out
-// already) and deletes the segment if it was sealed and is now empty.
-func (s *segments) release(seg *segment, n int) error {
+// release drops n objects from seg's count (their blocks are punched out
+// or queued to be) and deletes the segment if it was sealed and is now
+// empty, returning the dead space that freed.
+func (s *segments) release(seg *segment, n int) (int64, error) {
 	s.mu.Lock()
 	seg.objects -= n
 	return s.removeIfEmptyLocked(seg)
 }
 
 // removeIfEmptyLocked unlocks s.mu, deleting seg first if it was sealed
-// and holds no objects or fills.
-func (s *segments) removeIfEmptyLocked(seg *segment) error {
+// and holds no objects or fills; it returns seg's dead space if it did.
+func (s *segments) removeIfEmptyLocked(seg *segment) (int64, error) {
 	remove := seg.objects == 0 && seg.sealed && seg.fills == 0 && s.byNum[seg.num] == seg
+	var dead int64
 	if remove {
 		delete(s.byNum, seg.num)
+		dead, seg.dead = seg.dead, 0
 	}
 	s.mu.Unlock()
 	if !remove {
-		return nil
+		return 0, nil
 	}
 	if err := os.Remove(seg.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("tier: remove empty segment: %w", err)
+		return dead, fmt.Errorf("tier: remove empty segment: %w", err)
 	}
-	return nil
+	return dead, nil
 }
 
 // closeActive seals the active segment at Close, once no fill writes,
@@ -254,14 +268,24 @@ func (s *segments) removeIfEmptyLocked(seg *segment) error {
 func (s *segments) closeActive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	seg := s.active
-	if seg == nil {
+	if s.active == nil {
 		return nil
 	}
+	return s.retireActiveLocked()
+}
+
+// retireActiveLocked seals the active segment, first freeing the space
+// allocated past its last object: nothing is written there, and nothing
+// is allocated there after (growSegment stops at limit).
+func (s *segments) retireActiveLocked() error {
+	seg := s.active
 	var err error
 	seg.allocMu.Lock()
+	seg.limit = s.end
 	if seg.f != nil && seg.allocated > s.end {
-		err = punch(seg.f, s.end, seg.allocated-s.end)
+		if err = punch(seg.f, s.end, seg.allocated-s.end); err == nil {
+			seg.allocated = s.end
+		}
 	}
 	seg.allocMu.Unlock()
 	s.sealLocked(seg)
@@ -303,4 +327,34 @@ func punchRegions(seg *segment, rs []region) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// segmentDone ends a fill's writing into seg (segments.done), returning
+// the dead space of a segment it deleted to the budget.
+func (c *Cache) segmentDone(seg *segment) {
+	dead, err := c.segs.done(seg)
+	c.segmentGone(seg, dead, err)
+}
+
+// releaseSegment drops n objects from seg's count (segments.release),
+// returning the dead space of a segment it deleted to the budget.
+func (c *Cache) releaseSegment(seg *segment, n int) {
+	dead, err := c.segs.release(seg, n)
+	c.segmentGone(seg, dead, err)
+}
+
+// segmentGone logs a failure to delete seg and returns the dead space of a
+// deleted segment to the budget.
+func (c *Cache) segmentGone(seg *segment, dead int64, err error) {
+	if err != nil {
+		c.cfg.log.Warn("tier: remove segment", "segment", seg.path, "err", err)
+	}
+	if dead == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.base.used -= dead
+	c.base.dead -= dead
+	c.base.signalLocked()
+	c.mu.Unlock()
 }

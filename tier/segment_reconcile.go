@@ -19,7 +19,7 @@ type segmentReconcile struct {
 	drop     []string    // keys of packed records whose segment is missing, short or overlapped
 	segments int         // segments kept
 	removed  int         // segment files removed: no record names an object in them
-	gaps     int         // regions freed that no record names (a group cut short by a crash, evictions not yet freed)
+	dead     int64       // space in the kept segments that no record names (see segment.dead)
 }
 
 // packedRec is a packed record being checked: a warm entry's, or the cold
@@ -35,10 +35,17 @@ type packedRec struct {
 // reconcileSegments checks the packed records (warm entries, and the records
 // of cold) against the segment files and sets up c.segs: a record whose
 // segment is missing, too short, or whose region overlaps another's is
-// dropped (from cold too); a segment no record names is removed; the space
-// of a segment that no record names (objects written but never committed
-// before a crash, objects evicted whose space was not yet freed) is punched
-// out. Every segment found is sealed: new objects go to a new one.
+// dropped (from cold too); a segment no record names is removed. Every
+// segment found is sealed: new objects go to a new one, numbered past
+// every segment and every record found, so a record whose deletion a
+// crash lost never names a new segment's bytes.
+//
+// The space in a kept segment that no record names is not punched out: it
+// may hold objects that the process before served and whose readers still
+// map them (objects written but not yet committed at a crash, copies
+// evicted while in use before a Close), and a mapping of a deleted file
+// keeps its bytes where a punched region reads zeros. It is the segment's
+// dead space, counted in the budget until the segment is deleted.
 func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconcile, error) {
 	var r segmentReconcile
 	dir := c.base.lay.seg
@@ -48,6 +55,7 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 	}
 	files := make(map[uint64]*segment)
 	sizes := make(map[uint64]int64)
+	allocated := make(map[uint64]int64)
 	var next uint64
 	for _, de := range des {
 		p := filepath.Join(dir, de.Name())
@@ -67,9 +75,9 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 		}
 		files[num] = &segment{num: num, path: p, ino: st.Ino, sealed: true}
 		sizes[num] = st.Size
+		allocated[num] = st.Blocks * 512
 		next = max(next, num+1)
 	}
-	c.segs = newSegments(c.base.lay, c.base.bsize, next)
 	// One slice, sorted by segment and offset: a million records cost one
 	// allocation, not a map of growing slices.
 	recs := make([]packedRec, 0, len(packed)+cold.unpinned.len()+cold.pinned.len())
@@ -90,6 +98,10 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 		}
 		return cmp.Compare(a.off, b.off)
 	})
+	if len(recs) > 0 {
+		next = max(next, recs[len(recs)-1].seg+1)
+	}
+	c.segs = newSegments(c.cfg.log, c.base.lay, c.base.bsize, next)
 	r.cold = recs[:0] // the kept cold records, written over the slice as it is read
 	for len(recs) > 0 {
 		num := recs[0].seg
@@ -101,7 +113,7 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 		recs = recs[k:]
 		seg := files[num]
 		var end int64 // of the last region kept
-		var kept []region
+		var keptBytes int64
 		for _, p := range ps {
 			n := roundUp(p.size, c.segs.align)
 			if seg == nil || p.off+p.size > sizes[num] || p.off < end || p.off%c.segs.align != 0 {
@@ -116,7 +128,7 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 			}
 			seg.objects++
 			end = p.off + n
-			kept = append(kept, region{p.off, n})
+			keptBytes += n
 			if p.e != nil {
 				p.e.seg = seg
 				r.adopt = append(r.adopt, found{e: p.e, blocks: n, ident: fileIdent{ino: seg.ino}})
@@ -125,12 +137,9 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 				r.coldUsed += n
 			}
 		}
-		if seg != nil && len(kept) > 0 {
-			gaps, err := punchGaps(seg, kept, sizes[num])
-			if err != nil {
-				c.cfg.log.Warn("tier: free unused space in a segment", "segment", seg.path, "err", err)
-			}
-			r.gaps += gaps
+		if seg != nil && keptBytes > 0 {
+			seg.dead = max(0, allocated[num]-keptBytes)
+			r.dead += seg.dead
 		}
 	}
 	for num, seg := range files {
@@ -146,24 +155,4 @@ func (c *Cache) reconcileSegments(packed []*entry, cold coldLoad) (segmentReconc
 		r.removed++
 	}
 	return r, nil
-}
-
-// punchGaps frees the space of seg (of size bytes) outside kept, sorted
-// regions, and returns how many gaps it punched.
-func punchGaps(seg *segment, kept []region, size int64) (int, error) {
-	var gaps []region
-	var at int64
-	for _, k := range kept {
-		if k.off > at {
-			gaps = append(gaps, region{at, k.off - at})
-		}
-		at = k.off + k.n
-	}
-	if size > at {
-		gaps = append(gaps, region{at, size - at})
-	}
-	if len(gaps) == 0 {
-		return 0, nil
-	}
-	return len(gaps), punchRegions(seg, gaps)
 }

@@ -139,6 +139,7 @@ func (c *Cache) unreserve(n int64) {
 // entries until n bytes plus the headroom are available. It reports false if
 // evicting everything evictable would not be enough (then it evicts nothing).
 func (c *Cache) freeDisk(n int64) (bool, error) {
+	c.flushPunches() // evictions whose space is not freed yet
 	fsi, err := statFS(c.base.lay.data)
 	if err != nil {
 		return false, err
@@ -162,12 +163,14 @@ func (c *Cache) freeDisk(n int64) (bool, error) {
 	c.deleteRecords(victims)
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
+	c.flushPunches()
 	return victims != nil, nil
 }
 
 // deleteRecords removes the index records of dropped entries. The caller
 // holds idxMu. A failure is logged: the files are removed anyway and the
-// next Open drops records whose file is missing.
+// next Open drops records whose file is missing. A packed copy's bytes are
+// then kept instead (keepBytes): its record may survive, naming them.
 func (c *Cache) deleteRecords(es []*entry) {
 	if len(es) == 0 {
 		return
@@ -178,22 +181,27 @@ func (c *Cache) deleteRecords(es []*entry) {
 	}
 	if err := c.idx.deleteBatch(keys); err != nil {
 		c.cfg.log.Warn("tier: delete index records; the next start-up drops them", "n", len(keys), "err", err)
+		c.mu.Lock()
+		for _, e := range es {
+			e.keepBytes = e.seg != nil
+		}
+		c.mu.Unlock()
 	}
 }
 
 // removeFiles deletes the files of gone copies (see buryLocked) and
-// unregisters their deletion.
+// unregisters their deletion. Packed copies' regions are queued to be
+// punched once their records' deletion is durable (see punch.go).
 func (c *Cache) removeFiles(es []*entry) {
 	if len(es) == 0 {
 		return
 	}
-	var packed map[*segment][]region
+	var packed []*entry
+	objects := make(map[*segment]int)
 	for _, e := range es {
 		if e.seg != nil {
-			if packed == nil {
-				packed = make(map[*segment][]region)
-			}
-			packed[e.seg] = append(packed[e.seg], region{e.rec.off, e.rec.blocks})
+			packed = append(packed, e)
+			objects[e.seg]++
 			continue
 		}
 		p := e.st.path(e.id)
@@ -201,13 +209,9 @@ func (c *Cache) removeFiles(es []*entry) {
 			c.cfg.log.Warn("tier: remove cached file", "path", p, "err", err)
 		}
 	}
-	for seg, rs := range packed {
-		if err := punchRegions(seg, rs); err != nil {
-			c.cfg.log.Warn("tier: free packed objects' space", "segment", seg.path, "err", err)
-		}
-		if err := c.segs.release(seg, len(rs)); err != nil {
-			c.cfg.log.Warn("tier: remove segment", "segment", seg.path, "err", err)
-		}
+	c.queuePunches(packed)
+	for seg, n := range objects {
+		c.releaseSegment(seg, n)
 	}
 	c.mu.Lock()
 	for _, e := range es {

@@ -38,7 +38,8 @@ type store struct {
 	cold coldAccess
 
 	maxBytes    int64
-	used        int64 // blocks of live copies, zombies and detached zombies
+	used        int64 // blocks of live copies, zombies and detached zombies, and dead
+	dead        int64 // space in segments that no object holds (see segment.dead)
 	reserved    int64 // space set aside by fills or promotions in progress
 	held        int64 // space held for bytes not cached yet (Hold: checkpoints before upload)
 	pinnedBytes int64 // blocks of pinned live copies
