@@ -181,8 +181,8 @@ func take(root *os.Root, files []found, data string) (out []File, undo func() er
 }
 
 // renameIn renames name in root to dst in dir (back: dst in dir to name in
-// root), through file descriptors of both directories, so that no symlink
-// is followed on the way.
+// root, never over a file at name: EEXIST), through file descriptors of
+// both directories, so that no symlink is followed on the way.
 func renameIn(root *os.Root, name string, dir *os.File, dst string, back bool) error {
 	parent, base := path.Split(name)
 	if parent == "" {
@@ -193,10 +193,18 @@ func renameIn(root *os.Root, name string, dir *os.File, dst string, back bool) e
 		return err
 	}
 	defer pd.Close()
-	if back {
-		return unix.Renameat(int(dir.Fd()), dst, int(pd.Fd()), base)
+	if !back {
+		return unix.Renameat(int(pd.Fd()), base, int(dir.Fd()), dst)
 	}
-	return unix.Renameat(int(pd.Fd()), base, int(dir.Fd()), dst)
+	err = unix.Renameat2(int(dir.Fd()), dst, int(pd.Fd()), base, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) { // a filesystem without RENAME_NOREPLACE
+		var st unix.Stat_t
+		if unix.Fstatat(int(pd.Fd()), base, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+			return unix.EEXIST
+		}
+		err = unix.Renameat(int(dir.Fd()), dst, int(pd.Fd()), base)
+	}
+	return err
 }
 
 // copyIn copies f from root to dst in dir (another filesystem).

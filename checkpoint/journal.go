@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 )
 
 // journalFormat is the version of a journal file.
@@ -46,10 +48,30 @@ type journal struct {
 }
 
 // taking is what a save in progress is taking: the directory's files, by
-// their index in data/.
+// their index in data/, with the device and inode numbers the scan found
+// them at (data/<i> with others is a copy: the file itself never moved;
+// a journal written before they were recorded has none).
 type taking struct {
-	Dir   string   `json:"dir"`
-	Names []string `json:"names"`
+	Dir    string      `json:"dir"`
+	Names  []string    `json:"names"`
+	Inodes [][2]uint64 `json:"inodes,omitempty"`
+}
+
+// takingOf returns what a save of the files found in dir is taking.
+func takingOf(dir string, files []found) *taking {
+	t := &taking{Dir: dir}
+	for _, f := range files {
+		t.Names = append(t.Names, f.name)
+		t.Inodes = append(t.Inodes, [2]uint64{f.dev, f.ino})
+	}
+	return t
+}
+
+// copied reports whether fi, data/<i>, is a copy of the file taken as i
+// (another inode than the scan found), not the file itself.
+func (t *taking) copied(i int, fi fs.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && i < len(t.Inodes) && (st.Dev != t.Inodes[i][0] || st.Ino != t.Inodes[i][1])
 }
 
 // dataPath returns the path of file i's bytes in the save's directory.

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,11 +95,12 @@ type Store struct {
 	sweep chan struct{} // asks replicaLoop to sweep now; capacity 1
 	wb    *writeback    // nil without inotify
 
-	mu      sync.Mutex
-	saves   map[string]*save // by id
-	changed chan struct{}    // closed and replaced at every state change
-	closed  bool
-	figures stats.Checkpoints
+	mu        sync.Mutex
+	saves     map[string]*save // by id
+	beginning map[string]bool  // replicas ReplicaBegin is making, by id
+	changed   chan struct{}    // closed and replaced at every state change
+	closed    bool
+	figures   stats.Checkpoints
 }
 
 // save is one save held by the store.
@@ -140,7 +140,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	sctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Store{cfg: cfg, log: log, sem: make(chan struct{}, cfg.Connections), ctx: sctx, stop: stop,
-		saves: make(map[string]*save), changed: make(chan struct{}), sweep: make(chan struct{}, 1)}
+		saves: make(map[string]*save), beginning: make(map[string]bool), changed: make(chan struct{}),
+		sweep: make(chan struct{}, 1)}
 	if err := s.resume(ctx); err != nil {
 		stop()
 		s.wg.Wait()
@@ -167,6 +168,7 @@ func (s *Store) resume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	keep := make(map[string]bool) // staging directories saves cut short were taking
 	for _, e := range ents {
 		dir := filepath.Join(root, e.Name())
 		j, err := readJournal(dir)
@@ -178,6 +180,9 @@ func (s *Store) resume(ctx context.Context) error {
 		}
 		sv := &save{dir: dir, j: *j}
 		if j.Taking != nil {
+			if d, ok := s.stagingOf(j.Taking.Dir); ok {
+				keep[d] = true
+			}
 			s.untake(dir, j)
 			continue
 		}
@@ -211,49 +216,7 @@ func (s *Store) resume(ctx context.Context) error {
 			s.pinNewest(ctx, sv)
 		}
 	}
-	os.RemoveAll(filepath.Join(s.cfg.Dir, "staging"))
-	return os.MkdirAll(filepath.Join(s.cfg.Dir, "staging"), 0o711)
-}
-
-// untake undoes a save whose agent died before Save returned (journal j
-// in dir): its claim is removed, and so is the save; the files it had
-// moved go back where they were, through a root opened on their directory,
-// and only into a directory of the files' owner (a directory swapped for
-// a link elsewhere since gets nothing).
-func (s *Store) untake(dir string, j *journal) {
-	s.log.Warn("checkpoint: undoing a save cut short before it returned", "uri", j.URI, "dir", j.Taking.Dir)
-	if u, err := object.ParsePrefix(j.URI); err == nil {
-		s.unclaim(u, j.Save)
-	}
-	defer os.RemoveAll(dir)
-	root, err := os.OpenRoot(j.Taking.Dir)
-	if err != nil {
-		s.log.Warn("checkpoint: could not put the files back", "dir", j.Taking.Dir, "err", err)
-		return
-	}
-	defer root.Close()
-	top, err := root.Stat(".")
-	if err != nil {
-		return
-	}
-	d, err := os.Open(filepath.Join(dir, "data"))
-	if err != nil {
-		return // nothing moved yet
-	}
-	defer d.Close()
-	for i, name := range j.Taking.Names {
-		fi, err := os.Lstat(dataPath(dir, i))
-		if err != nil {
-			continue // not moved
-		}
-		if !sameOwner(fi, top) {
-			s.log.Warn("checkpoint: not putting a file back into a directory of another owner", "file", name)
-			continue
-		}
-		if err := renameIn(root, name, d, strconv.Itoa(i), true); err != nil {
-			s.log.Warn("checkpoint: could not put a file back", "file", name, "err", err)
-		}
-	}
+	return s.emptyStaging(keep)
 }
 
 // dataBytes returns the bytes of sv's files still in its data directory.
@@ -370,10 +333,7 @@ func (s *Store) Save(ctx context.Context, dir string, u object.URI, opt SaveOpti
 	// Until the journal has the files, it says what is being taken, so
 	// that an agent that dies before Save returns undoes it at its start.
 	pre := j
-	pre.Taking = &taking{Dir: dir}
-	for _, f := range found {
-		pre.Taking.Names = append(pre.Taking.Names, f.name)
-	}
+	pre.Taking = takingOf(dir, found)
 	err = os.MkdirAll(sv.dir, 0o700)
 	if err == nil {
 		err = writeJournal(sv.dir, &pre)
@@ -424,7 +384,11 @@ func (s *Store) Save(ctx context.Context, dir string, u object.URI, opt SaveOpti
 	s.saves[id] = sv
 	s.figures.Saves++
 	s.notifyLocked()
-	if !s.closed { // else the next Open resumes it
+	if s.closed {
+		// The next Open resumes it, and holds its bytes again; Close
+		// released the holds it found before this one.
+		sv.hold.Release()
+	} else {
 		s.start(sv)
 	}
 	return s.infoLocked(sv), nil
