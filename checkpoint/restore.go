@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -27,9 +28,10 @@ const restoreParallel = 16
 // reads each file through the cache (which fetches what it lacks: in fleet
 // mode from the members that hold it, so a cluster restoring at once reads
 // the checkpoint from GCS about once), then hard-links the cache's copy
-// into dir where it can (the same filesystem, a file the agent may link:
-// the cache's copy itself, not to be changed in place), else copies it,
-// checking its CRC32C. With an
+// into dir where it can (the same filesystem, a file the agent may link
+// and only the agent may write: the cache's copy itself, not to be
+// changed in place; a file adopted from another user's save is theirs),
+// else copies it, checking its CRC32C. With an
 // owner, dir must be theirs (or not exist) and copies are made theirs.
 func (s *Store) Restore(ctx context.Context, u object.URI, dir string, owner *Owner) (stats.Restore, error) {
 	m, err := ReadManifest(ctx, s.cfg.Bucket, u)
@@ -111,12 +113,30 @@ func (s *Store) restoreFile(ctx context.Context, root *os.Root, o object.Object,
 	if err := mkdirsAs(root, f.Name, owner); err != nil {
 		return false, err
 	}
-	if !h.Packed() { // a segment holds other objects too: copy
+	// A segment holds other objects too, and a file another user may
+	// write would let them change the cache's copy through the link:
+	// copied.
+	if !h.Packed() && agentsAlone(h.Path()) {
 		if err := linkInto(root, h.Path(), f.Name); err == nil {
 			return true, nil
 		}
 	}
 	return false, copyInto(root, h, f, owner)
+}
+
+// agentsAlone reports whether the cache's file at p is one only the agent
+// may change: the agent's, with no write for its group or others (which,
+// as the mask, bounds an ACL's entries too). A file adopted from a save
+// keeps its saver's owner and mode: a hard link to it would let the saver
+// write the cache's copy of an immutable generation, and set its times
+// back. Only its owner can change its owner or mode: the answer holds.
+func agentsAlone(p string) bool {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.Mode().IsRegular() && st.Uid == uint32(os.Geteuid()) && fi.Mode().Perm()&0o022 == 0
 }
 
 // giveNew makes dir, which the agent just created, owner's: chowned where

@@ -332,3 +332,52 @@ func TestUploadStorm(t *testing.T) {
 		t.Errorf("%d uploads: the storm was not met", n)
 	}
 }
+
+// TestRestoreCopiesAnotherUsersFile: a file saved by another user (uid
+// 4242) is adopted as it is, their inode: a restore copies it instead of
+// linking it, so that writing the restored file (in place, times set
+// back) leaves the cache's copy as saved, and a later restore gets the
+// saved bytes.
+func TestRestoreCopiesAnotherUsersFile(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, Config{}, 0)
+	files := map[string][]byte{"model.pt": bytes.Repeat([]byte("w"), 8192)}
+	dir := e.writeTree(files)
+	if err := os.Chown(filepath.Join(dir, "model.pt"), 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	u := uri(t, "run/link/")
+	if _, err := e.store.Save(ctx, dir, u, SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGCS(u)
+	out := filepath.Join(filepath.Dir(e.cacheDir), "r1")
+	res, err := e.store.Restore(ctx, u, out, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Linked != 0 {
+		t.Errorf("Restore linked %d files; want the one of uid 4242 copied", res.Linked)
+	}
+	p := filepath.Join(out, "model.pt")
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("CHANGED"), 0); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	again := filepath.Join(filepath.Dir(e.cacheDir), "r2")
+	if _, err := e.store.Restore(ctx, u, again, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkTree(t, again, files)
+}
