@@ -32,6 +32,11 @@ func (s *Store) commit(ctx context.Context, sv *save) error {
 	if err != nil {
 		return err
 	}
+	if sv.j.TakenOver {
+		if err := s.checkClaim(ctx, sv); err != nil {
+			return err
+		}
+	}
 	o := s.objectOf(sv, ManifestName)
 	crc := crc32.Checksum(b, castagnoli)
 	var a object.Attrs
@@ -51,14 +56,33 @@ func (s *Store) commit(ctx context.Context, sv *save) error {
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	sv.j.Committed = a.Generation
-	j := sv.j
-	s.figures.Commits++
-	s.notifyLocked()
-	s.mu.Unlock()
-	s.log.Info("checkpoint: committed", "uri", sv.j.URI, "files", len(j.Files), "bytes", j.Bytes())
-	return writeJournal(sv.dir, &j)
+	// Committed: a journal that fails to say so is redone after a restart
+	// (the commit then finds its manifest), never a failure.
+	s.record(sv, "the commit", func(j *journal) {
+		j.Committed = a.Generation
+		s.figures.Commits++
+	})
+	s.log.Info("checkpoint: committed", "uri", sv.j.URI, "files", len(sv.j.Files), "bytes", sv.j.Bytes())
+	return nil
+}
+
+// checkClaim returns an ErrFailed error unless the claim on sv's prefix is
+// still sv's: a holder that took a save over commits it only then, for
+// the saver removes the claim first when the save fails.
+func (s *Store) checkClaim(ctx context.Context, sv *save) error {
+	u, _ := object.ParsePrefix(sv.j.URI)
+	var claimed bool
+	err := s.retry(ctx, sv, func() (err error) {
+		claimed, err = s.claimedBy(ctx, u, sv.j.Save)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !claimed {
+		return fmt.Errorf("%w: %s: the claim of save %s is gone: its saver failed it", ErrFailed, sv.j.URI, sv.j.Save)
+	}
+	return nil
 }
 
 // adopt makes sv's uploaded files cached objects of their generations,
@@ -107,14 +131,32 @@ func (s *Store) cleanBucket(ctx context.Context, sv *save) {
 	s.unclaim(u, sv.j.Save)
 }
 
-// fail ends sv for good: its objects are deleted from the bucket (nothing
-// half-committed stays), its files and dirty bytes dropped, the reason
-// kept.
-func (s *Store) fail(sv *save, err error) {
+// fail ends sv for good, err saying why, unless it turns out committed.
+// Its claim is removed first, so that a holder of a replica that does not
+// hear of the failure drops it instead of taking the save over. Then,
+// once no manifest of the save is found (looked for with retries: a
+// commit whose answer was lost, or one by a holder that took the save
+// over, is one), its objects are deleted, so that nothing half-committed
+// stays (where that cannot be confirmed, they are left); its replicas,
+// files and dirty bytes are dropped, the reason kept. It reports false if
+// the save is committed after all: sv then has the manifest's
+// generations, to be adopted.
+func (s *Store) fail(sv *save, err error) bool {
 	ctx := context.WithoutCancel(s.ctx)
+	u, _ := object.ParsePrefix(sv.j.URI)
+	s.unclaim(u, sv.j.Save)
+	committed, cerr := s.committedElsewhere(ctx, sv)
+	if committed {
+		s.log.Warn("checkpoint: a save that seemed to fail is committed", "uri", sv.j.URI, "err", err)
+		return false
+	}
 	s.log.Error("checkpoint: save failed", "uri", sv.j.URI, "err", err)
+	if cerr != nil {
+		s.log.Warn("checkpoint: the objects of a failed save are left: whether it was committed is unknown",
+			"uri", sv.j.URI, "err", cerr)
+	}
 	for _, f := range sv.j.Files {
-		if f.Generation == 0 {
+		if f.Generation == 0 || cerr != nil {
 			continue
 		}
 		o := s.objectOf(sv, f.Name)
@@ -124,6 +166,7 @@ func (s *Store) fail(sv *save, err error) {
 		}
 	}
 	s.cleanBucket(ctx, sv)
+	s.dropReplicas(ctx, sv)
 	os.RemoveAll(filepath.Join(sv.dir, "data"))
 	cause := "other"
 	switch {
@@ -147,11 +190,48 @@ func (s *Store) fail(sv *save, err error) {
 	}
 	s.figures.FailuresByCause[cause]++
 	j := sv.j
+	j.Files = slices.Clone(j.Files)
 	s.notifyLocked()
 	s.mu.Unlock()
 	if werr := writeJournal(sv.dir, &j); werr != nil {
 		s.log.Warn("checkpoint: record the failure", "uri", j.URI, "err", werr)
 	}
+	return true
+}
+
+// committedElsewhere reports whether sv is committed, its manifest
+// written by another agent (a holder that took it over, or its saver) or
+// by a commit whose answer was lost: then sv takes the manifest's
+// generations, to adopt its files as the committed objects. It retries a
+// few times; an error means it could not find out.
+func (s *Store) committedElsewhere(ctx context.Context, sv *save) (bool, error) {
+	u, err := object.ParsePrefix(sv.j.URI)
+	if err != nil {
+		return false, err
+	}
+	var m *Manifest
+	var a object.Attrs
+	err = retryFew(ctx, func() error {
+		var err error
+		if a, err = s.cfg.Bucket.Stat(ctx, s.objectOf(sv, ManifestName)); err == nil {
+			m, err = readManifest(ctx, s.cfg.Bucket, a, u)
+		}
+		if errors.Is(err, ErrManifest) || errors.Is(err, object.ErrNotFound) {
+			m, err = nil, nil // none, or not this save's
+		}
+		return err
+	})
+	if err != nil || m == nil || m.Save != sv.j.Save || len(m.Files) != len(sv.j.Files) {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, f := range m.Files {
+		sv.j.Files[i].Generation = f.Generation
+	}
+	sv.j.Committed = a.Generation
+	s.notifyLocked()
+	return true, nil
 }
 
 // checkUncommitted returns ErrCommitted if u holds a committed checkpoint.
@@ -198,17 +278,41 @@ func (s *Store) claim(ctx context.Context, u object.URI, id string) error {
 	return nil
 }
 
-// unclaim deletes save id's claim on u, if it is still id's.
+// unclaim deletes save id's claim on u, if it is still id's, retrying a
+// few times.
 func (s *Store) unclaim(u object.URI, id string) {
 	ctx := context.WithoutCancel(s.ctx)
 	o := object.Object{Bucket: u.Bucket, Name: u.Path + claimName}
-	a, md, err := s.cfg.Bucket.Metadata(ctx, o)
-	if err != nil || md[metaSave] != id {
-		return
-	}
-	if err := s.cfg.Bucket.Delete(ctx, a.Object); err != nil && !errors.Is(err, object.ErrNotFound) {
+	err := retryFew(ctx, func() error {
+		a, md, err := s.cfg.Bucket.Metadata(ctx, o)
+		switch {
+		case errors.Is(err, object.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case md[metaSave] != id:
+			return nil
+		}
+		if err := s.cfg.Bucket.Delete(ctx, a.Object); err != nil && !errors.Is(err, object.ErrNotFound) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		s.log.Warn("checkpoint: delete the claim", "uri", u.String(), "err", err)
 	}
+}
+
+// claimedBy reports whether save id claims u (one request).
+func (s *Store) claimedBy(ctx context.Context, u object.URI, id string) (bool, error) {
+	_, md, err := s.cfg.Bucket.Metadata(ctx, object.Object{Bucket: u.Bucket, Name: u.Path + claimName})
+	if errors.Is(err, object.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return md[metaSave] == id, nil
 }
 
 // pinNewest keeps the newest Config.KeepLocal committed checkpoints of

@@ -58,19 +58,27 @@
 // then the save is durable at "peers". The upload starts after the
 // replication's first try: the replicas are the quick guard, and both
 // share this node's uplink. A member holding a replica sweeps it every 30
-// s and when the membership changes: committed, it is dropped; if its
-// saver has been out of the fleet for 10 s, the first live holder takes
-// the save over, uploads and commits it. The objects' save id keeps that
-// to one manifest whoever writes it, and a saver that comes back finds the
-// save committed and adopts its files.
+// s and when the membership changes: committed, or failed (its claim is
+// gone: a save that fails removes its claim first, then drops its
+// replicas), it is dropped; if its saver has been out of the fleet for 10
+// s, the first live holder takes the save over, uploads and commits it
+// while the claim is still the save's. The objects' save id keeps that to
+// one manifest whoever writes it, and a saver that comes back finds the
+// save committed and adopts its files. A save fails only once no manifest
+// of it is found: one written by a holder, or by a commit whose answer
+// was lost, is adopted instead, and its objects kept.
 //
 // # State on disk
 //
 // Config.Dir/saves/<id>/ holds a save: journal.json (the manifest to be,
 // the generations written so far, committed, failed; rewritten atomically
 // at each step) and data/<i>, its files' bytes until they are adopted.
-// Open resumes every unfinished save. Config.Dir/staging/ holds directories
-// handed out for saving into (the daemon's), emptied at Open.
+// Open resumes every unfinished save, and undoes a save cut short before
+// Save returned: the files it moved go back where they were (never over
+// a file there; a copy it made is dropped), and one that cannot stays in
+// data/ until a later Open puts it back. Config.Dir/staging/ holds
+// directories handed out for saving into (the daemon's), emptied at Open
+// but for one such a save was taking, whose files are back in it.
 //
 // # Restoring
 //
@@ -78,6 +86,7 @@
 // through the cache (in fleet mode from the members holding it, the saver
 // first, so a cluster restoring at once reads the checkpoint from GCS
 // about once, or not at all while the saver is up) and
-// hard-links the cache's copy into the directory, or copies it, checking
-// its CRC32C.
+// hard-links the cache's copy into the directory where only the agent may
+// write it (a file adopted from another user's save is theirs), or copies
+// it, checking its CRC32C.
 package checkpoint

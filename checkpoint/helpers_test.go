@@ -179,3 +179,44 @@ func checkTree(t testing.TB, dir string, files map[string][]byte) {
 		t.Errorf("%s holds %d files (%v); want %d", dir, n, err, len(files))
 	}
 }
+
+// gatedBucket is the emulator's bucket with its writes held until gate
+// closes, except the claim's: a save is taken, but nothing of it is
+// uploaded before the test says.
+type gatedBucket struct {
+	*fetch.GCS
+	gate chan struct{}
+}
+
+// Create writes o once the gate is open (the claim at once).
+func (g *gatedBucket) Create(ctx context.Context, o object.Object, r io.Reader, size int64, opt fetch.WriteOptions) (object.Attrs, error) {
+	if !strings.HasSuffix(o.Name, claimName) {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return object.Attrs{}, ctx.Err()
+		}
+	}
+	return g.GCS.Create(ctx, o, r, size, opt)
+}
+
+// gated reopens e's store on a gatedBucket over its emulator, whose gate
+// the caller closes.
+func (e *env) gated() *gatedBucket {
+	e.t.Helper()
+	g := &gatedBucket{GCS: e.gcs, gate: make(chan struct{})}
+	e.store.Close()
+	e.cfg.Bucket = g
+	e.open()
+	return g
+}
+
+// waitFor waits, a minute at most, for the save of u to reach durability
+// (or fail).
+func (e *env) waitFor(u object.URI, durability string) error {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := e.store.Wait(ctx, u, durability)
+	return err
+}

@@ -67,7 +67,9 @@ const replicaSweep = 30 * time.Second
 const takeoverGrace = 10 * time.Second
 
 // replicate pushes sv to Config.Replicas members until they all hold it,
-// or it is committed first; it closes tried after its first try.
+// or it is committed first; it closes tried after its first try. Each
+// member is recorded in the save's replicas once its replica is complete,
+// and not pushed to again: a complete replica takes no more files.
 func (s *Store) replicate(sv *save, tried chan struct{}) {
 	ctx := s.ctx
 	var once sync.Once
@@ -75,6 +77,7 @@ func (s *Store) replicate(sv *save, tried chan struct{}) {
 	for {
 		s.mu.Lock()
 		done := sv.j.Committed != 0 || sv.j.Failed != "" || len(sv.j.Replicas) >= s.cfg.Replicas
+		held := slices.Clone(sv.j.Replicas)
 		s.mu.Unlock()
 		if done {
 			return
@@ -84,13 +87,20 @@ func (s *Store) replicate(sv *save, tried chan struct{}) {
 		if len(members) == s.cfg.Replicas {
 			err = nil
 			for _, m := range members {
+				if slices.Contains(held, m) {
+					continue
+				}
 				if err = s.pushReplica(ctx, sv, m, members); err != nil {
 					break
 				}
+				s.record(sv, "a replica", func(j *journal) {
+					if !slices.Contains(j.Replicas, m) {
+						j.Replicas = append(j.Replicas, m)
+					}
+				})
 			}
 		}
 		if err == nil {
-			s.record(sv, "the replicas", func(j *journal) { j.Replicas = members })
 			return
 		}
 		if ctx.Err() != nil {
@@ -147,12 +157,15 @@ func (s *Store) pushFile(ctx context.Context, sv *save, member, path string, i i
 	return nil
 }
 
-// dropReplicas tells sv's holders that it is committed.
+// dropReplicas tells sv's holders that it is committed or failed.
 func (s *Store) dropReplicas(ctx context.Context, sv *save) {
 	if s.cfg.Fleet == nil {
 		return
 	}
-	for _, m := range sv.j.Replicas {
+	s.mu.Lock()
+	holders := slices.Clone(sv.j.Replicas)
+	s.mu.Unlock()
+	for _, m := range holders {
 		if err := s.cfg.Fleet.Do(ctx, m, "DELETE", "/v1/replicas/"+url.PathEscape(sv.j.Save), nil, 0); err != nil {
 			s.log.Warn("checkpoint: drop a replica (its holder drops it at its next sweep)", "member", m, "err", err)
 		}
@@ -161,7 +174,8 @@ func (s *Store) dropReplicas(ctx context.Context, sv *save) {
 
 // ReplicaBegin starts holding a replica of another agent's save: m is the
 // manifest to be (its files' names, sizes and CRC32Cs). Its bytes are held
-// in the cache's budget. Beginning one already begun does nothing.
+// in the cache's budget. Beginning one already begun does nothing; one
+// being begun by another call is ErrBusy.
 func (s *Store) ReplicaBegin(ctx context.Context, id string, m []byte) error {
 	if !validID(id) {
 		return fmt.Errorf("%w: save id %q", ErrManifest, id)
@@ -192,7 +206,17 @@ func (s *Store) ReplicaBegin(ctx context.Context, id string, m []byte) error {
 		}
 		return nil
 	}
+	if s.beginning[id] {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: the replica of save %s is being begun", ErrBusy, id)
+	}
+	s.beginning[id] = true
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.beginning, id)
+		s.mu.Unlock()
+	}()
 	sv := &save{dir: filepath.Join(s.cfg.Dir, "saves", id), j: journal{Format: journalFormat, Manifest: man, Replica: true}}
 	if sv.hold, err = s.cfg.Cache.Hold(ctx, total, object.Object{Bucket: u.Bucket, Name: u.Path}); err != nil {
 		return err
@@ -294,7 +318,7 @@ func (s *Store) ReplicaComplete(id string, holders []string) error {
 	return writeJournal(sv.dir, &j)
 }
 
-// ReplicaDrop forgets replica id: its saver committed it.
+// ReplicaDrop forgets replica id: its saver committed it, or it failed.
 func (s *Store) ReplicaDrop(id string) error {
 	s.mu.Lock()
 	sv := s.saves[id]
@@ -341,10 +365,11 @@ func (s *Store) SweepReplicas() {
 	}
 }
 
-// sweepReplicas drops the complete replicas whose save is committed, and
-// takes over those whose saver has been dead for takeoverGrace, if this
-// agent is the first live holder; dead records when each saver was first
-// seen dead. It reports whether a takeover waits out its grace.
+// sweepReplicas drops the complete replicas whose save is committed or
+// failed (its claim gone), and takes over those whose saver has been dead
+// for takeoverGrace, if this agent is the first live holder; dead records
+// when each saver was first seen dead. It reports whether a takeover
+// waits out its grace.
 func (s *Store) sweepReplicas(ctx context.Context, dead map[string]time.Time) (waiting bool) {
 	s.mu.Lock()
 	var held []*save
@@ -357,6 +382,18 @@ func (s *Store) sweepReplicas(ctx context.Context, dead map[string]time.Time) (w
 	for _, sv := range held {
 		u, _ := object.ParsePrefix(sv.j.URI)
 		if m, err := ReadManifest(ctx, s.cfg.Bucket, u); err == nil && m.Save == sv.j.Save {
+			s.ReplicaDrop(sv.j.Save)
+			continue
+		}
+		// A save whose claim is gone is not to be committed: its saver
+		// failed it, removing the claim first.
+		claimed, err := s.claimedBy(ctx, u, sv.j.Save)
+		if err != nil {
+			s.log.Debug("checkpoint: read a replica's claim (again at the next sweep)", "uri", sv.j.URI, "err", err)
+			continue
+		}
+		if !claimed {
+			s.log.Info("checkpoint: dropping the replica of a save that failed", "uri", sv.j.URI, "saver", sv.j.Node)
 			s.ReplicaDrop(sv.j.Save)
 			continue
 		}
@@ -385,32 +422,6 @@ func (s *Store) sweepReplicas(ctx context.Context, dead map[string]time.Time) (w
 		})
 	}
 	return waiting
-}
-
-// committedElsewhere reports whether another agent committed sv (its
-// saver, or the holder that took it over): then sv takes the manifest's
-// generations, to adopt its files as the committed objects.
-func (s *Store) committedElsewhere(ctx context.Context, sv *save) bool {
-	u, err := object.ParsePrefix(sv.j.URI)
-	if err != nil {
-		return false
-	}
-	m, err := ReadManifest(ctx, s.cfg.Bucket, u)
-	if err != nil || m.Save != sv.j.Save || len(m.Files) != len(sv.j.Files) {
-		return false
-	}
-	a, err := s.cfg.Bucket.Stat(ctx, s.objectOf(sv, ManifestName))
-	if err != nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, f := range m.Files {
-		sv.j.Files[i].Generation = f.Generation
-	}
-	sv.j.Committed = a.Generation
-	s.notifyLocked()
-	return true
 }
 
 // firstHolder returns the first of sv's holders that is not dead.

@@ -79,16 +79,11 @@ func (s *Store) run(sv *save) {
 		if err == nil {
 			err = s.commit(ctx, sv)
 		}
-		if err != nil && ctx.Err() == nil {
-			// A replica's holder may have committed the save meanwhile
-			// (this agent was out of the fleet): its objects are kept.
-			if s.committedElsewhere(ctx, sv) {
-				err = nil
-			} else {
-				s.fail(sv, err)
-			}
-		}
-		if err != nil {
+		// Stopping, the next Open resumes it. Else it fails, unless it
+		// is committed after all (the answer to the commit was lost, or a
+		// replica's holder committed it while this agent was out of the
+		// fleet): then its files are adopted.
+		if err != nil && (ctx.Err() != nil || s.fail(sv, err)) {
 			return
 		}
 	}
@@ -113,8 +108,7 @@ func (s *Store) uploadFiles(ctx context.Context, sv *save) error {
 			ok = s.uploadParts(u, i)
 		default:
 			ok = u.start(func() error {
-				a, err := s.create(gctx, sv, s.objectOf(sv, f.Name), dataPath(sv.dir, i), 0, f.Size, f.CRC32C,
-					f.Size > chunkAbove)
+				a, err := s.create(gctx, sv, i, s.objectOf(sv, f.Name), 0, f.Size, f.CRC32C, f.Size > chunkAbove)
 				u.endTurn()
 				if err != nil {
 					return err
@@ -178,22 +172,27 @@ func (s *Store) objectOf(sv *save, name string) object.Object {
 	return object.Object{Bucket: p.Bucket, Name: p.Name + name}
 }
 
-// create writes o from n bytes at off of the file at p, whose CRC32C is
+// create writes o from n bytes at off of file i of sv, whose CRC32C is
 // crc (a resumable upload if chunked), retrying transient errors; a write
-// that finds o written by this save already takes it.
-func (s *Store) create(ctx context.Context, sv *save, o object.Object, p string, off, n int64, crc uint32,
+// that finds o written by this save already takes it. A file shorter than
+// that since it was saved is ErrChanged.
+func (s *Store) create(ctx context.Context, sv *save, i int, o object.Object, off, n int64, crc uint32,
 	chunked bool) (object.Attrs, error) {
 	opt := fetch.WriteOptions{CRC32C: crc, Metadata: s.metadata(sv)}
 	if chunked {
 		opt.ChunkSize = uploadChunk
 	}
+	name := sv.j.Files[i].Name
 	var a object.Attrs
 	err := s.retry(ctx, sv, func() error {
-		f, err := os.Open(p)
+		f, err := os.Open(dataPath(sv.dir, i))
 		if err != nil {
-			return fmt.Errorf("checkpoint: %w: %w", ErrChanged, err)
+			return fmt.Errorf("checkpoint: %w: %s: %w", ErrChanged, name, err)
 		}
 		defer f.Close()
+		if err := checkLength(f, name, off+n); err != nil {
+			return err
+		}
 		release, err := s.acquire(ctx)
 		if err != nil {
 			return err
@@ -228,11 +227,11 @@ func (s *Store) uploadParts(u *uploads, i int) bool {
 		ok := u.start(func() error {
 			err := func() error {
 				defer u.endTurn()
-				crc, err := sectionCRC(p, off, m)
+				crc, err := sectionCRC(p, f.Name, off, m)
 				if err != nil {
 					return err
 				}
-				a, err := s.create(ctx, sv, s.partOf(sv, i, int(k)), p, off, m, crc, m > partChunkAbove)
+				a, err := s.create(ctx, sv, i, s.partOf(sv, i, int(k)), off, m, crc, m > partChunkAbove)
 				parts[k] = a.Object
 				return err
 			}()
@@ -287,18 +286,37 @@ func (s *Store) partOf(sv *save, i, k int) object.Object {
 	return s.objectOf(sv, reservedDir+"parts/"+sv.j.Save+"/"+strconv.Itoa(i)+"."+strconv.Itoa(k))
 }
 
-// sectionCRC returns the CRC32C of n bytes at off of the file at p.
-func sectionCRC(p string, off, n int64) (uint32, error) {
+// sectionCRC returns the CRC32C of n bytes at off of the file at p (the
+// checkpoint's file name); a file shorter than that is ErrChanged.
+func sectionCRC(p, name string, off, n int64) (uint32, error) {
 	f, err := os.Open(p)
 	if err != nil {
-		return 0, fmt.Errorf("checkpoint: %w: %w", ErrChanged, err)
+		return 0, fmt.Errorf("checkpoint: %w: %s: %w", ErrChanged, name, err)
 	}
 	defer f.Close()
 	h := crc32.New(castagnoli)
-	if _, err := io.Copy(h, io.NewSectionReader(f, off, n)); err != nil {
+	got, err := io.Copy(h, io.NewSectionReader(f, off, n))
+	if err != nil {
 		return 0, fmt.Errorf("checkpoint: read %s: %w", p, err)
 	}
+	if got != n {
+		return 0, fmt.Errorf("%w: %s is shorter than when it was saved (%d bytes at %d, want %d)", ErrChanged,
+			name, got, off, n)
+	}
 	return h.Sum32(), nil
+}
+
+// checkLength returns ErrChanged if f, the file name of a save, is
+// shorter than n bytes: it was truncated since it was saved.
+func checkLength(f *os.File, name string, n int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("checkpoint: %s: %w", name, err)
+	}
+	if fi.Size() < n {
+		return fmt.Errorf("%w: %s is %d bytes, shorter than when it was saved", ErrChanged, name, fi.Size())
+	}
+	return nil
 }
 
 // metadata returns the custom metadata of sv's objects.
