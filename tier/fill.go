@@ -203,18 +203,22 @@ func (c *Cache) fill(ctx context.Context, a object.Attrs, u *object.Urgency) (*e
 		fi, err = c.download(ctx, a, u)
 		return err
 	})
-	if err == nil && !a.HasCRC32C && a.Size > 0 {
-		// The source gave no CRC32C (a Dir, a fleet's chunk copy): record
-		// the one of the bytes as filled, so Verify can tell later damage.
-		a.CRC32C, err = fileCRC(c.base.path(idOf(a.Bucket, a.Name, a.Generation)))
-		a.HasCRC32C = err == nil
-	}
-	if err == nil {
-		var e *entry
-		if e, err = c.commit(a, fi, need); err == nil {
-			return e, nil
+	if err == nil { // published: indexed below, or removed
+		p := c.base.path(idOf(a.Bucket, a.Name, a.Generation))
+		if !a.HasCRC32C && a.Size > 0 {
+			// The source gave no CRC32C (a Dir, a fleet's chunk copy):
+			// record the one of the bytes as filled, so Verify can tell
+			// later damage.
+			a.CRC32C, err = fileCRC(p)
+			a.HasCRC32C = err == nil
 		}
-		if rerr := os.Remove(c.base.path(idOf(a.Bucket, a.Name, a.Generation))); rerr != nil {
+		var e *entry
+		if err == nil {
+			if e, err = c.commit(a, fi, need); err == nil {
+				return e, nil
+			}
+		}
+		if rerr := os.Remove(p); rerr != nil {
 			c.cfg.log.Warn("tier: remove unindexed file", "object", a.Object.String(), "err", rerr)
 		}
 	}
@@ -354,7 +358,14 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	if old := c.entryLocked(e.key); old != nil { // pins outlive generations
+	old := c.entryLocked(e.key)
+	if old != nil && old.rec.gen > e.rec.gen {
+		c.transientLocked(e, reservation)
+		c.mu.Unlock()
+		c.idxMu.Unlock()
+		return e, nil
+	}
+	if old != nil { // pins outlive generations
 		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
 	}
 	c.mu.Unlock()
@@ -383,6 +394,39 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
 	return e, nil
+}
+
+// transientLocked makes e, a fill of an older generation than the one
+// cached (an Open of that exact generation, or a fill that a newer one
+// overtook), a copy outside the cache: it never replaces the newer one
+// and is never indexed. It is a zombie, held by its fill (fillHold) until
+// the fill's Opens have their own handles (takeFillHold), served to them
+// and to Opens of its exact generation while held, and deleted at its
+// last release.
+func (c *Cache) transientLocked(e *entry, reservation int64) {
+	e.refs, e.fillHold = 1, true
+	e.st.used += e.rec.blocks
+	e.st.reserved -= reservation
+	c.stats.fills++
+	c.stats.bytesFetched += e.rec.size
+	c.retireLocked(e, nil) // held: a zombie, never dead
+	e.st.signalLocked()
+}
+
+// takeFillHold hands over the reference a transient copy's fill holds
+// (see transientLocked), if it was not handed over yet: the caller took
+// its own, or wants none.
+func (c *Cache) takeFillHold(e *entry) {
+	if e == nil {
+		return
+	}
+	c.mu.Lock()
+	held := e.fillHold
+	e.fillHold = false
+	c.mu.Unlock()
+	if held {
+		c.release(e)
+	}
 }
 
 // fileCRC returns the CRC32C of the file at path.

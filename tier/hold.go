@@ -91,8 +91,9 @@ func (h *Hold) take(n int64) int64 {
 // filesystem, and it must not be written again. Its space comes from h
 // (as much of it as the file needs; the rest stays held), or from the
 // budget when h is nil. The copy then lives as any fill's would, newest
-// generation of its name, evictable unless pinned. On error the file is
-// left at path, or removed if it was moved already.
+// generation of its name, evictable unless pinned. If a's generation is
+// cached already (or a fill of it ends first), the file is removed instead.
+// On error the file is left at path, or removed if it was moved already.
 func (c *Cache) Adopt(ctx context.Context, a object.Attrs, path string, h *Hold) error {
 	end, err := c.begin()
 	if err != nil {
@@ -120,28 +121,67 @@ func (c *Cache) Adopt(ctx context.Context, a object.Attrs, path string, h *Hold)
 			return fmt.Errorf("tier: adopt %s: %w", a.Object, err)
 		}
 	}
+	// One fill or adoption of a generation at a time: a fill of the same
+	// generation that ends first makes this copy redundant.
+	id := idOf(a.Bucket, a.Name, a.Generation)
+	for {
+		adopted := false
+		v, err, _ := c.flights.Do(string(id[:]), func() (any, error) {
+			adopted = true
+			return c.adoptFile(ctx, a, path, need)
+		})
+		switch {
+		case adopted && err != nil:
+			return err
+		case adopted:
+			c.takeFillHold(v.(fillResult).e) // an older generation than the one cached: not kept
+			return nil
+		case err == nil: // a fill of this generation ended meanwhile
+			c.unreserve(need)
+			if err := os.Remove(path); err != nil {
+				c.cfg.log.Warn("tier: remove a file to adopt that a fill made redundant", "path", path, "err", err)
+			}
+			return nil
+		}
+		// The fill this joined failed: adopt the file after all.
+	}
+}
+
+// adoptFile is Adopt's part in c.flights: it renames the file at path into
+// place and indexes it, unless a's generation is cached already (then the
+// file is removed), releasing need bytes of reservation on error.
+func (c *Cache) adoptFile(ctx context.Context, a object.Attrs, path string, need int64) (fillResult, error) {
+	if e := c.findFile(a.Object); e != nil {
+		c.unreserve(need)
+		if err := os.Remove(path); err != nil {
+			c.cfg.log.Warn("tier: remove a file to adopt whose generation is cached", "path", path, "err", err)
+		}
+		return fillResult{e: e}, nil
+	}
 	id := idOf(a.Bucket, a.Name, a.Generation)
 	final := c.base.path(id)
 	if err := c.claim(ctx, c.base, id); err != nil {
 		c.unreserve(need)
-		return fmt.Errorf("tier: adopt %s: %w", a.Object, err)
+		return fillResult{}, fmt.Errorf("tier: adopt %s: %w", a.Object, err)
 	}
 	if err := os.Rename(path, final); err != nil {
 		c.unreserve(need)
-		return fmt.Errorf("tier: adopt %s: %w", a.Object, err)
+		return fillResult{}, fmt.Errorf("tier: adopt %s: %w", a.Object, err)
 	}
-	if fi, err = os.Stat(final); err == nil {
+	fi, err := os.Stat(final)
+	if err == nil {
 		err = syncDir(filepath.Dir(final))
 	}
+	var e *entry
 	if err == nil {
-		_, err = c.commit(a, fi, need)
+		e, err = c.commit(a, fi, need)
 	}
 	if err != nil {
 		c.unreserve(need)
 		if rerr := os.Remove(final); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 			c.cfg.log.Warn("tier: remove unindexed file", "object", a.Object.String(), "err", rerr)
 		}
-		return fmt.Errorf("tier: adopt %s: %w", a.Object, err)
+		return fillResult{}, fmt.Errorf("tier: adopt %s: %w", a.Object, err)
 	}
-	return nil
+	return fillResult{e: e}, nil
 }

@@ -87,3 +87,37 @@ func TestHoldAndAdopt(t *testing.T) {
 		t.Errorf("a refused file was moved: %v", err)
 	}
 }
+
+// TestAdoptOfCachedGeneration: adopting a file of a generation a reader
+// cached first removes the file and leaves the cached copy in place (it is
+// not renamed over the copy's file, which dropping the copy it replaced
+// would then delete); the next Open is a hit.
+func TestAdoptOfCachedGeneration(t *testing.T) {
+	ctx := context.Background()
+	e := newDirEnv(t)
+	dir := t.TempDir()
+	c := openCache(t, e.config(filepath.Join(dir, "cache"), 1<<20))
+	data := pattern(7, 64<<10)
+	a := e.put(t, "b", "ck/model.pt", data)
+	openRead(t, c, a.Object, data) // a reader cached this generation
+	a.CRC32C, a.HasCRC32C = crc32.Checksum(data, castagnoli), true
+	staged := filepath.Join(dir, "cache", "staged")
+	if err := os.WriteFile(staged, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Adopt(ctx, a, staged, nil); err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	if _, err := os.Stat(staged); !os.IsNotExist(err) {
+		t.Errorf("the file to adopt is still there: %v", err)
+	}
+	if _, err := os.Stat(c.base.path(idOf(a.Bucket, a.Name, a.Generation))); err != nil {
+		t.Errorf("after Adopt the cached copy's file is gone: %v", err)
+	}
+	calls := e.dl.calls.Load()
+	openRead(t, c, a.Object, data)
+	if n := e.dl.calls.Load() - calls; n != 0 {
+		t.Errorf("Open after Adopt downloaded %d times; want 0", n)
+	}
+	checkInvariants(t, c)
+}

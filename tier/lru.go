@@ -80,6 +80,9 @@ type entry struct {
 	// keepBytes is set on a dropped packed copy whose record could not
 	// be deleted: its region is not punched (see deleteRecords).
 	keepBytes bool
+	// fillHold is set on a copy outside the cache (see transientLocked)
+	// while the reference its fill holds is not yet handed over.
+	fillHold bool
 	promoting bool
 	// staleSet is the value a stale flag created now starts with.
 	staleSet bool

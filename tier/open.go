@@ -241,6 +241,7 @@ func (c *Cache) fetchAndOpen(ctx context.Context, o object.Object, a object.Attr
 	}
 	c.trimWarmLocked()
 	c.mu.Unlock()
+	c.takeFillHold(r.e) // a transient copy: this Open holds it now
 	if !ok {
 		return nil, retryError{fmt.Errorf("tier: open %s: evicted before it could be opened: %w", o, ErrNoSpace)}
 	}
@@ -294,10 +295,15 @@ func (c *Cache) dropCopy(cp *entry, count func()) bool {
 		}
 	}
 	ok := cp.state == live
+	var base *entry // a shm copy's, whose record says so until written
+	var rec record
 	switch {
 	case !ok:
 	case cp.owner != nil:
 		dead = c.unhotLocked(cp.owner, nil)
+		if b := cp.owner; b.state == live && !b.unsynced {
+			base, rec = b, b.rec
+		}
 	default:
 		dropped = []*entry{cp}
 		dead = c.dropLocked(cp, true, nil)
@@ -307,6 +313,14 @@ func (c *Cache) dropCopy(cp *entry, count func()) bool {
 	}
 	c.mu.Unlock()
 	c.deleteRecords(dropped)
+	if base != nil {
+		// Now, not at the next flush: a crash meanwhile would have the
+		// next start adopt the damaged shm file again (a reader may keep
+		// it in place).
+		if err := c.idx.put(base.key, rec); err != nil {
+			c.cfg.log.Warn("tier: record a dropped shm copy; the flusher retries", "key", base.key, "err", err)
+		}
+	}
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
 	return ok

@@ -250,8 +250,9 @@ func (c *Cache) commitGroup(group []*entry) {
 }
 
 // installPacked makes a packed object written at off in seg a live entry,
-// replacing its name's previous generation, and turns its reservation into
-// used space. Its record is the packer's to write (entry.unsynced).
+// replacing its name's previous generation (an older generation than the
+// one cached is transient: see transientLocked), and turns its reservation
+// into used space. Its record is the packer's to write (entry.unsynced).
 func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (*entry, error) {
 	c.idxMu.Lock()
 	if c.idxClosed {
@@ -262,7 +263,14 @@ func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (
 	e := newEntry(c.base, a, blocks, fileIdent{ino: seg.ino}, time.Now().UnixNano())
 	e.seg, e.rec.packed, e.rec.seg, e.rec.off = seg, true, seg.num, off
 	var dead, gone []*entry
-	if old := c.entryLocked(e.key); old != nil {
+	old := c.entryLocked(e.key)
+	if old != nil && old.rec.gen > e.rec.gen {
+		c.transientLocked(e, blocks)
+		c.mu.Unlock()
+		c.idxMu.Unlock()
+		return e, nil
+	}
+	if old != nil {
 		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin // pins outlive generations
 		dead = c.dropLocked(old, false, dead)
 		gone = append(gone, old) // its record goes now: a crash keeps neither

@@ -182,6 +182,7 @@ func (c *Cache) prefetchOne(ctx, here context.Context, a object.Attrs, p object.
 		} else {
 			r, joined, err = c.share(ctx, a, p)
 		}
+		c.takeFillHold(r.e) // overtaken by a newer generation: not kept
 		if !errors.Is(err, object.ErrGenerationChanged) {
 			if joined { // another caller's download: not ours to count
 				return 0, false, err

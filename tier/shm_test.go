@@ -1,6 +1,7 @@
 package tier
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -474,4 +475,64 @@ func TestShmFullSkipsPromotion(t *testing.T) {
 		t.Errorf("Promote with room again = %d, %v; want 2, nil", n, err)
 	}
 	checkInvariants(t, c)
+}
+
+// TestDamagedShmCopyNotAdoptedAfterCrash: a shm copy written to behind the
+// cache's back is dropped while a reader holds it, so its file stays; the
+// record's in-shm flag is cleared at once, not at the next flush, so a
+// crash before that flush (emulated: the pending flush is discarded before
+// Close) does not have the next start adopt the damaged file and serve it
+// (a start checks a shm file's size only).
+func TestDamagedShmCopyNotAdoptedAfterCrash(t *testing.T) {
+	env := newDirEnv(t)
+	shm := shmDir(t)
+	dir := t.TempDir()
+	cfg := env.shmConfig(dir, shm, 64<<20, 64<<20)
+	c, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooks := installHooks(c, nil)
+	data := pattern(1, 100<<10)
+	a := env.put(t, "bkt", "obj", data)
+	o := obj("bkt", "obj")
+	promoteByHits(t, c, hooks, "obj", data)
+	if err := c.flushAccess(); err != nil { // the periodic flush: the record says inShm
+		t.Fatal(err)
+	}
+	h := openHandle(t, c, o, data, Shm) // a reader maps the shm copy
+	p := shmPath(c, "bkt", "obj", a.Generation)
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("garbage!"), 0); err != nil { // same size, other bytes
+		t.Fatal(err)
+	}
+	f.Close()
+	hooks.awaitDrop(t, p)
+	// Crash before the next flush: the cleared in-shm flag is never written.
+	c.mu.Lock()
+	for _, e := range c.dirty {
+		e.dirty = false
+	}
+	c.dirty = nil
+	c.mu.Unlock()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	c2 := openCache(t, cfg)
+	h2, err := c2.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	got := make([]byte, len(data))
+	if _, err := h2.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Errorf("after restart the damaged shm copy is served (tier %s)", h2.Tier())
+	}
 }
