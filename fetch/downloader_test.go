@@ -435,3 +435,45 @@ func TestWatchdog(t *testing.T) {
 		t.Errorf("a stopped watchdog cancelled its read: %v", context.Cause(ctx))
 	}
 }
+
+// emptySource wraps a Source whose range readers, after their first n
+// bytes, return neither bytes nor an error, for ever.
+type emptySource struct {
+	object.Source
+	n int
+}
+
+func (s *emptySource) NewRangeReader(ctx context.Context, o object.Object, off, n int64) (io.ReadCloser, error) {
+	r, err := s.Source.NewRangeReader(ctx, o, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(r, int64(s.n)), emptyReader{}), r}, nil
+}
+
+// emptyReader's reads return (0, nil).
+type emptyReader struct{}
+
+func (emptyReader) Read([]byte) (int, error) { return 0, nil }
+
+// TestFetchEmptyReadsEnd: a source whose reader stops returning bytes
+// without an error (which io.Reader allows, and a broken one might do for
+// ever) fails the fetch with io.ErrNoProgress rather than spinning: the
+// loop has no other exit, as neither the watchdog nor the context is
+// consulted between reads.
+func TestFetchEmptyReadsEnd(t *testing.T) {
+	dir, root := newTestDir(t)
+	data := emulator.Pattern(11, 100<<10)
+	writeFile(t, root, "b/f", data, t0)
+	a, err := dir.Stat(context.Background(), object.Object{Bucket: "b", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fetchFile(t, newDownloader(t, &emptySource{Source: dir, n: 1000}, fastConfig()), withCRC(a, data), nil)
+	if !errors.Is(err, io.ErrNoProgress) {
+		t.Fatalf("Fetch = %v; want io.ErrNoProgress", err)
+	}
+}

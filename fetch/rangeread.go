@@ -167,6 +167,7 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 	}
 	var first time.Time // when this attempt's first byte came
 	spread := gather
+	empty := 0 // reads in a row that returned nothing and no error
 	for {
 		done, n := s.state()
 		pos := done + int64(held)
@@ -185,7 +186,13 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 			spread = true
 			d.spread()
 		}
+		if m == 0 && rerr == nil {
+			if empty++; empty >= maxEmptyReads {
+				rerr = io.ErrNoProgress // a broken reader: never spin
+			}
+		}
 		if m > 0 {
+			empty = 0
 			w.alive()
 			held += m
 			if !gather || held == len(buf) || pos+int64(m) >= n {
@@ -217,10 +224,15 @@ func (d *Downloader) readRange(ctx context.Context, o object.Object, s *slice, d
 	return expectEOF(r, buf[:1])
 }
 
+// maxEmptyReads is how many reads in a row may return neither bytes nor
+// an error before a reader is taken for broken (io.Reader allows such
+// reads but discourages them; bufio gives up after as many).
+const maxEmptyReads = 100
+
 // expectEOF checks that a reader which delivered everything asked of it has
 // nothing more.
 func expectEOF(r io.Reader, one []byte) error {
-	for {
+	for range maxEmptyReads {
 		m, err := r.Read(one)
 		switch {
 		case m > 0:
@@ -231,6 +243,7 @@ func expectEOF(r io.Reader, one []byte) error {
 			return err
 		}
 	}
+	return io.ErrNoProgress
 }
 
 // watchdog cancels a range read with errStalled unless alive is called at
