@@ -70,9 +70,10 @@
 // demand fetch on a miss, shared with any other open or prefetch of the same
 // object. If the kernel interrupts the open (the caller got a signal), the
 // open returns EINTR at once and the download goes on for the others. If
-// the generation is gone from GCS, Open returns ESTALE and marks the
-// bucket's listing stale; the kernel then looks the name up again and opens
-// the current generation.
+// the generation is gone from GCS (or is replaced while the cache fetches
+// it), Open returns ESTALE and marks the bucket's listing stale; the kernel
+// then looks the name up again, in a listing begun after the open failed
+// (not one already under way), and opens the current generation.
 //
 // The open file holds a cache handle, which keeps the cached copy readable
 // whatever the cache does meanwhile, until the kernel releases it. Reads are served by the kernel straight from
@@ -107,7 +108,10 @@
 // # Kernel caching
 //
 // The kernel caches names (entries) for the ListTTL, and failed lookups
-// for as long. Attributes it caches for ever: a file's never change (a new
+// for as long (in a dynamic mount, no longer than a missing bucket is
+// believed missing: with a ListTTL of forever, names missing from a
+// listing are then asked for again every DefaultListTTL, and answered from
+// memory). Attributes it caches for ever: a file's never change (a new
 // generation is a new inode, reached by a new lookup once the name's entry
 // expires) and directories' are fixed. File pages stay cached across opens
 // (FOPEN_KEEP_CACHE). What is left per open of a file whose name is cached

@@ -284,3 +284,36 @@ func TestNewGenerationAfterTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeEntryTimeout checks how long the kernel keeps a failed
+// lookup: for the listing TTL (for ever if that is negative), except that
+// in a dynamic mount a missing bucket name must be looked up again once
+// it is no longer believed missing (after the TTL, or DefaultListTTL if
+// the TTL is for ever). The kernel's timeout cannot be waited out here (a
+// minute), so this checks what the mount tells it.
+func TestNegativeEntryTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		ttl     time.Duration
+		dynamic bool
+		want    time.Duration
+	}{
+		{-1, false, forever},
+		{time.Hour, false, time.Hour},
+		{-1, true, DefaultListTTL},
+		{0, true, DefaultListTTL},
+		{time.Second, true, time.Second},
+		{time.Hour, true, time.Hour},
+	} {
+		cfg := Config{Cache: fakeCache{}, Source: &bucketLister{}, ListTTL: tc.ttl}
+		if !tc.dynamic {
+			cfg.Roots = []Root{{Bucket: "b"}}
+		}
+		f, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := *f.options().NegativeTimeout; got != tc.want {
+			t.Errorf("ListTTL %v, dynamic %v: negative timeout %v; want %v", tc.ttl, tc.dynamic, got, tc.want)
+		}
+	}
+}

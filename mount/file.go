@@ -118,13 +118,14 @@ func (h *handle) object() string {
 }
 
 // openErrno maps a failed cache open of o to the kernel's errno. A vanished
-// generation gives ESTALE and marks the listing stale, so that the kernel's
+// generation (not found, or replaced between the cache's stat and its
+// download) gives ESTALE and marks the listing stale, so that the kernel's
 // retry looks the name up again and finds the current generation.
 func (f *FS) openErrno(ctx context.Context, b *bucketView, o object.Object, err error) syscall.Errno {
 	en := errno(ctx, err)
 	switch en {
 	case syscall.EINTR:
-	case syscall.ENOENT:
+	case syscall.ENOENT, syscall.ESTALE:
 		b.invalidate()
 		en = syscall.ESTALE
 		f.cfg.log.Info("mount: listed generation is gone; listing again", "object", o.String(), "err", err)
@@ -184,7 +185,12 @@ func (f *FS) readUnopened(ctx context.Context, b *bucketView, a object.Attrs, de
 	}
 	f.stats.reads.Add(1)
 	f.stats.readBytes.Add(int64(len(dest)))
-	return &unopenedRead{h: h, off: h.off + off, n: h.span(off, len(dest))}, 0
+	r := &unopenedRead{h: h, off: h.off + off, n: h.span(off, len(dest))}
+	if r.n == 0 { // at or past the end: go-fuse calls Done only on answers with bytes
+		r.Done()
+		return fuse.ReadResultData(nil), 0
+	}
+	return r, 0
 }
 
 // unopenedRead is the answer to a read without an open file: go-fuse

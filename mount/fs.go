@@ -202,6 +202,8 @@ func errno(ctx context.Context, err error) syscall.Errno {
 		return syscall.EINTR
 	case errors.Is(err, object.ErrNotFound):
 		return syscall.ENOENT
+	case errors.Is(err, object.ErrGenerationChanged):
+		return syscall.ESTALE
 	case errors.Is(err, tier.ErrNoSpace), errors.Is(err, syscall.ENOSPC):
 		return syscall.ENOSPC
 	}

@@ -3,6 +3,7 @@ package mount
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -25,29 +26,36 @@ type bucketView struct {
 	mu      sync.Mutex
 	cur     *listing  // nil until the first listing succeeds
 	expires time.Time // when cur must be listed again (unless the TTL is forever)
-	invalid bool      // cur must be listed again at the next use
+	// invalidations counts the calls of invalidate; listedAt is its value
+	// when the listing run that last settled cur began. cur must be listed
+	// again while they differ.
+	invalidations, listedAt uint64
 }
 
-// invalidate makes the next use of b list the bucket again.
+// invalidate makes the next use of b list the bucket again, in a listing
+// run that begins after this call.
 func (b *bucketView) invalidate() {
 	b.mu.Lock()
-	b.invalid = true
+	b.invalidations++
 	b.mu.Unlock()
 }
 
 // listing returns b's current listing, listing the bucket first if it never
-// was or the listing held has expired. Concurrent callers share one listing
-// run, which goes on if ctx is cancelled.
+// was, the listing held has expired or it was invalidated. Concurrent
+// callers share one listing run, which goes on if ctx is cancelled; a
+// caller never shares a run that began before the last invalidation.
 func (f *FS) listing(ctx context.Context, b *bucketView) (*listing, error) {
 	now := f.now()
 	b.mu.Lock()
-	l := b.cur
-	fresh := l != nil && !b.invalid && (f.cfg.ttl < 0 || now.Before(b.expires))
+	l, seq := b.cur, b.invalidations
+	fresh := l != nil && b.listedAt == seq && (f.cfg.ttl < 0 || now.Before(b.expires))
 	b.mu.Unlock()
 	if fresh {
 		return l, nil
 	}
-	ch := b.flight.DoChan("", func() (any, error) { return f.relist(ctx, b) })
+	// A run is shared by callers that saw the same invalidations: one that
+	// began before an invalidation is not joined after it.
+	ch := b.flight.DoChan(strconv.FormatUint(seq, 10), func() (any, error) { return f.relist(ctx, b, seq) })
 	select {
 	case r := <-ch:
 		if r.Err != nil {
@@ -59,10 +67,12 @@ func (f *FS) listing(ctx context.Context, b *bucketView) (*listing, error) {
 	}
 }
 
-// relist lists b on a context detached from ctx and installs the result. If
-// listing fails it keeps serving the previous listing, if there is one, and
-// tries again after listRetry.
-func (f *FS) relist(ctx context.Context, b *bucketView) (*listing, error) {
+// relist lists b on a context detached from ctx and installs the result,
+// unless a run begun after a later invalidation (seq counts those before
+// this run began) installed its own. If listing fails it keeps serving the
+// previous listing, if there is one, and tries again after listRetry. The
+// listing installed counts as current only if no invalidation followed seq.
+func (f *FS) relist(ctx context.Context, b *bucketView, seq uint64) (*listing, error) {
 	dctx, done, err := f.detach(ctx)
 	if err != nil {
 		return nil, err
@@ -72,11 +82,13 @@ func (f *FS) relist(ctx context.Context, b *bucketView) (*listing, error) {
 	now := f.now()
 	b.mu.Lock()
 	prev := b.cur
-	switch {
-	case err == nil:
-		b.cur, b.expires, b.invalid = l, now.Add(f.cfg.ttl), false
-	case prev != nil:
-		b.expires, b.invalid = now.Add(min(listRetry, max(f.cfg.ttl, 0))), false
+	if seq >= b.listedAt {
+		switch {
+		case err == nil:
+			b.cur, b.expires, b.listedAt = l, now.Add(f.cfg.ttl), seq
+		case prev != nil:
+			b.expires, b.listedAt = now.Add(min(listRetry, max(f.cfg.ttl, 0))), seq
+		}
 	}
 	b.mu.Unlock()
 	switch {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"os"
 	"path/filepath"
@@ -158,6 +159,45 @@ func TestNewGenerationNewInode(t *testing.T) {
 	}
 }
 
+// TestOpenGoneGeneration opens a listed generation that the cache finds
+// gone (not found, or replaced between its stat and its download): the
+// open fails with ESTALE, for the kernel to look the name up again, and
+// the bucket is listed again at that lookup. (Through a mount, only the
+// first is reachable with the emulator: TestNewGenerationNewInode.)
+func TestOpenGoneGeneration(t *testing.T) {
+	ctx := context.Background()
+	x := object.Attrs{Object: object.Object{Bucket: "b", Name: "x", Generation: 1}, Size: 1}
+	for _, gone := range []error{
+		fmt.Errorf("tier: open: %w", object.ErrNotFound),
+		fmt.Errorf("read: %w: %w", object.ErrGenerationChanged, object.ErrNotFound),
+		fmt.Errorf("read: served generation 2: %w", object.ErrGenerationChanged),
+	} {
+		lister := newCountingLister(&bucketLister{buckets: map[string][]object.Attrs{"b": {x}}})
+		f, err := New(Config{Cache: fakeCache{err: gone}, Source: lister, Roots: []Root{{Bucket: "b"}}, ListTTL: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := f.buckets["b"]
+		for range 2 {
+			if _, err := f.listing(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, en := f.openHandle(ctx, b, x); en != syscall.ESTALE {
+			t.Errorf("open failing with %q: %v; want ESTALE", gone, en)
+		}
+		if _, err := f.listing(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if n := lister.count("b"); n != 2 {
+			t.Errorf("open failing with %q: bucket listed %d times; want 2 (again after the open)", gone, n)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // inode returns path's inode number.
 func inode(t *testing.T, path string) uint64 {
 	t.Helper()
@@ -166,4 +206,147 @@ func inode(t *testing.T, path string) uint64 {
 		t.Fatal(err)
 	}
 	return st.Ino
+}
+
+// heldLister is a Lister whose next listing, once armed, reads the bucket
+// and then holds its objects back until released: a listing that read an
+// object before it changed and ends after the change.
+type heldLister struct {
+	Lister
+	armed       atomic.Bool
+	started     chan struct{} // closed when the held listing has read the bucket
+	release     chan struct{}
+	releaseOnce sync.Once
+}
+
+func newHeldLister(l Lister) *heldLister {
+	return &heldLister{Lister: l, started: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (l *heldLister) List(ctx context.Context, bucket, prefix string) iter.Seq2[object.Attrs, error] {
+	if !l.armed.CompareAndSwap(true, false) {
+		return l.Lister.List(ctx, bucket, prefix)
+	}
+	return func(yield func(object.Attrs, error) bool) {
+		var as []object.Attrs
+		for a, err := range l.Lister.List(ctx, bucket, prefix) {
+			if err != nil {
+				yield(object.Attrs{}, err)
+				return
+			}
+			as = append(as, a)
+		}
+		close(l.started)
+		select {
+		case <-l.release:
+		case <-ctx.Done():
+			yield(object.Attrs{}, ctx.Err())
+			return
+		}
+		for _, a := range as {
+			if !yield(a, nil) {
+				return
+			}
+		}
+	}
+}
+
+// open lets the held listing end.
+func (l *heldLister) open() { l.releaseOnce.Do(func() { close(l.release) }) }
+
+// hangBound bounds waits that only a hang exceeds.
+const hangBound = 10 * time.Second
+
+// TestInvalidationOutlivesEarlierListing replaces an object while a
+// listing that read its old generation is in flight, then reads the object
+// through a name the kernel still maps to the old generation: the open
+// fails with ESTALE and the kernel's one retry must find the new
+// generation, whether the earlier listing ends before the retry's lookup
+// (it must not undo the invalidation) or after it (the lookup must not
+// wait for that listing and take its result).
+func TestInvalidationOutlivesEarlierListing(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		endsBefore bool // the earlier listing ends before the retry's lookup
+	}{{"listing-ends-first", true}, {"retry-first", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := []fakestorage.Object{obj("data", "x", []byte("old")), obj("data", "y", []byte("y"))}
+			e := newEnv(t, emulator.Options{Objects: objs}, fetch.Config{})
+			clk := &clock{t: time.Unix(1e9, 0)}
+			lister := newHeldLister(e.src)
+			earlierDone := make(chan error, 1)
+			var stale sync.Once
+			var f *FS
+			cfg := e.config(Root{Bucket: "data"})
+			cfg.Source, cfg.ListTTL = lister, time.Hour
+			_, mp := e.mount(t, cfg, func(g *FS) {
+				f, g.now = g, clk.now
+				g.openDone = func(_ object.Object, en syscall.Errno) {
+					if en != syscall.ESTALE || !tc.endsBefore {
+						return
+					}
+					stale.Do(func() { // before the ESTALE reaches the kernel
+						lister.open()
+						select {
+						case <-earlierDone:
+						case <-time.After(hangBound):
+							t.Error("the earlier listing did not end once released")
+						}
+					})
+				}
+			})
+			dir := filepath.Join(mp, "data")
+			inode(t, filepath.Join(dir, "x")) // the kernel maps x to x#1 for the hour
+
+			clk.advance(time.Hour)
+			lister.armed.Store(true)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer lister.open()
+			wg.Go(func() { // its lookup lists the bucket again, which reads x#1 and is held
+				_, err := os.Stat(filepath.Join(dir, "y"))
+				earlierDone <- err
+			})
+			select {
+			case <-lister.started:
+			case <-time.After(hangBound):
+				t.Fatal("the earlier listing did not start")
+			}
+			gen, err := e.emu.Put("data", "x", []byte("new!"))
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			read := make(chan error, 1)
+			wg.Go(func() {
+				got, err := os.ReadFile(filepath.Join(dir, "x"))
+				if err == nil && string(got) != "new!" {
+					err = fmt.Errorf("read %q; want the new generation", got)
+				}
+				read <- err
+			})
+			select {
+			case err := <-read:
+				if err != nil {
+					t.Errorf("read after the replace: %v", err)
+				}
+			case <-time.After(hangBound):
+				lister.open()
+				t.Errorf("read after the replace waited for the listing that began before the invalidation: %v", <-read)
+			}
+			lister.open()
+			if !tc.endsBefore {
+				if err := <-earlierDone; err != nil {
+					t.Errorf("stat y in the earlier listing: %v", err)
+				}
+			}
+			l, err := f.listing(context.Background(), f.buckets["data"])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, _ := l.dirs[""].find("x"); a.attrs.Generation != gen {
+				t.Errorf("listing after both ended has x#%d; want x#%d", a.attrs.Generation, gen)
+			}
+		})
+	}
 }

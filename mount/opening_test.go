@@ -2,6 +2,7 @@ package mount
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -116,5 +117,36 @@ func TestListingBytes(t *testing.T) {
 	l := b.build()
 	if want := int64(10 + 2*SmallFileSize + 1); l.bytes != want || l.smallBytes != 10+SmallFileSize {
 		t.Errorf("bytes %d, small %d; want %d, %d", l.bytes, l.smallBytes, want, 10+SmallFileSize)
+	}
+}
+
+// TestUnopenedReadAtEOF answers a read without an open file at and past
+// the end of a file (with the real cache): the answer is empty and holds
+// nothing open, as go-fuse never calls Done on an empty answer. The
+// kernel itself sends no such read (it stops reads at the size it was
+// given, O_DIRECT ones too), so this calls the handler directly.
+func TestUnopenedReadAtEOF(t *testing.T) {
+	o := obj("data", "f", []byte("0123456789"))
+	e := newEnv(t, emulator.Options{Objects: []fakestorage.Object{o}}, fetch.Config{})
+	cfg := e.config(Root{Bucket: "data"})
+	cfg.Open = OpenSkip
+	f, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx := context.Background()
+	a, err := e.src.Stat(ctx, object.Object{Bucket: "data", Name: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{a.Size, a.Size + 4096} {
+		r, en := f.readUnopened(ctx, f.buckets["data"], a, make([]byte, 4096), off)
+		if en != 0 || r.Size() != 0 {
+			t.Fatalf("read at %d of %d bytes: %v, %d bytes; want none", off, a.Size, en, r.Size())
+		}
+		if n := f.Stats().OpenFiles; n != 0 {
+			t.Errorf("after an empty read at %d: %d files open; want 0", off, n)
+		}
 	}
 }

@@ -106,6 +106,14 @@ func (f *FS) options() *fs.Options {
 	if ttl < 0 {
 		ttl = forever
 	}
+	// In a dynamic mount the kernel must ask again for a missing bucket's
+	// name once it is no longer believed missing. go-fuse has one negative
+	// timeout for every name, so names missing from a bucket's listing are
+	// asked for again as often (and answered from memory).
+	negTTL := ttl
+	if f.cfg.dynamic {
+		negTTL = min(negTTL, f.cfg.missingTTL())
+	}
 	// Attributes never change: a file is one generation (a new one is a new
 	// inode, found by a new lookup once the entry expires), and directories
 	// have fixed ones. Only names (entries) expire, after the listing TTL.
@@ -128,7 +136,7 @@ func (f *FS) options() *fs.Options {
 		},
 		EntryTimeout:    &ttl,
 		AttrTimeout:     &attrTTL,
-		NegativeTimeout: &ttl,
+		NegativeTimeout: &negTTL,
 		RootStableAttr:  &fs.StableAttr{Ino: rootIno},
 		UID:             f.uid,
 		GID:             f.gid,

@@ -186,6 +186,8 @@ func TestErrno(t *testing.T) {
 		{live, nil, 0},
 		{done, errors.New("whatever"), syscall.EINTR},
 		{live, fmt.Errorf("tier: open: %w", object.ErrNotFound), syscall.ENOENT},
+		{live, fmt.Errorf("read: %w: %w", object.ErrGenerationChanged, object.ErrNotFound), syscall.ENOENT},
+		{live, fmt.Errorf("read: %w", object.ErrGenerationChanged), syscall.ESTALE},
 		{live, fmt.Errorf("tier: fill: %w", tier.ErrNoSpace), syscall.ENOSPC},
 		{live, fmt.Errorf("write: %w", syscall.ENOSPC), syscall.ENOSPC},
 		{live, fmt.Errorf("read: %w", syscall.ECONNRESET), syscall.EIO},
@@ -272,9 +274,13 @@ func TestCheckDynamicBucket(t *testing.T) {
 }
 
 // fakeCache and fakeLister stand in where nothing is opened or listed.
-type fakeCache struct{}
+// fakeCache's opens fail with err, or object.ErrNotFound if it is nil.
+type fakeCache struct{ err error }
 
-func (fakeCache) Open(context.Context, object.Object, ...tier.OpenOption) (*tier.Handle, error) {
+func (c fakeCache) Open(context.Context, object.Object, ...tier.OpenOption) (*tier.Handle, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
 	return nil, object.ErrNotFound
 }
 
