@@ -41,6 +41,9 @@ var (
 	ErrPermission = errors.New("control: permission denied")
 	// ErrCheckpointFailed means a checkpoint save failed for good.
 	ErrCheckpointFailed = errors.New("control: checkpoint save failed")
+	// ErrTimeout means the daemon gave up waiting within the timeout the
+	// request set (a checkpoint wait's).
+	ErrTimeout = errors.New("control: timed out")
 )
 
 // Error codes of ErrorBody.Code.
@@ -58,6 +61,7 @@ const (
 	CodeConflict       = "conflict"          // ErrConflict
 	CodePermission     = "permission"        // ErrPermission
 	CodeCheckpoint     = "checkpoint_failed" // ErrCheckpointFailed
+	CodeTimeout        = "timeout"           // ErrTimeout
 	CodeInternal       = "internal"          // anything else
 )
 
@@ -81,6 +85,7 @@ var codes = map[string]struct {
 	CodeConflict:       {http.StatusConflict, ErrConflict},
 	CodePermission:     {http.StatusForbidden, ErrPermission},
 	CodeCheckpoint:     {http.StatusUnprocessableEntity, ErrCheckpointFailed},
+	CodeTimeout:        {http.StatusGatewayTimeout, ErrTimeout},
 }
 
 // StatusOf returns the HTTP status of an error code
@@ -99,8 +104,8 @@ func sentinelOf(code string) error { return codes[code].err }
 // Error is an error answer from the daemon. It matches (errors.Is) the
 // sentinel its code stands for: object.ErrNotFound, object.ErrInvalidName,
 // object.ErrChecksum, ErrNoSpace, ErrNoShm, ErrNotFound, ErrInvalid,
-// ErrSessionEnded, ErrUnavailable, ErrNoFleet, ErrConflict, ErrPermission
-// or ErrCheckpointFailed.
+// ErrSessionEnded, ErrUnavailable, ErrNoFleet, ErrConflict, ErrPermission,
+// ErrCheckpointFailed or ErrTimeout.
 type Error struct {
 	// Status is the HTTP status.
 	Status int

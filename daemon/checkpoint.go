@@ -232,7 +232,7 @@ func (d *Daemon) handleCheckpointUnstage(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	dir := r.URL.Query().Get("dir")
-	if filepath.Dir(dir) != filepath.Join(d.ckptDir(), "staging") || filepath.Base(dir) != filepath.Clean(filepath.Base(dir)) {
+	if !stagingName(filepath.Base(dir)) || dir != filepath.Join(d.ckptDir(), "staging", filepath.Base(dir)) {
 		writeError(w, fmt.Errorf("%w: %q is not a staging directory", control.ErrInvalid, dir))
 		return
 	}
@@ -245,6 +245,22 @@ func (d *Daemon) handleCheckpointUnstage(w http.ResponseWriter, r *http.Request)
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// stagingName reports whether name is one the daemon gives staging and
+// restore directories: hex digits, with "restore-" before them for a
+// restore's (never ".", ".." or anything else in staging/).
+func stagingName(name string) bool {
+	hexDigits := strings.TrimPrefix(name, "restore-")
+	if hexDigits == "" {
+		return false
+	}
+	for _, r := range hexDigits {
+		if !('0' <= r && r <= '9' || 'a' <= r && r <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // handleCheckpointWait serves POST /v1/checkpoints/wait.

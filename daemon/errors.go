@@ -40,7 +40,9 @@ var errorCodes = []struct {
 	{checkpoint.ErrChanged, control.CodeInvalid},
 	{checkpoint.ErrManifest, control.CodeInvalid},
 	{tier.ErrClosed, control.CodeUnavailable},
+	{checkpoint.ErrClosed, control.CodeUnavailable},
 	{context.Canceled, control.CodeUnavailable},
+	{context.DeadlineExceeded, control.CodeTimeout}, // a timeout the request set
 }
 
 // codeOf returns the error code and HTTP status the daemon answers err

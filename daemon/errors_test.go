@@ -1,11 +1,13 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"testing"
 
+	"github.com/cacheagent/cacheagent/checkpoint"
 	"github.com/cacheagent/cacheagent/control"
 	"github.com/cacheagent/cacheagent/object"
 	"github.com/cacheagent/cacheagent/tier"
@@ -26,6 +28,8 @@ func TestErrorCodes(t *testing.T) {
 		{control.ErrInvalid, control.ErrInvalid},
 		{control.ErrSessionEnded, control.ErrSessionEnded},
 		{control.ErrUnavailable, control.ErrUnavailable},
+		{checkpoint.ErrClosed, control.ErrUnavailable},
+		{context.DeadlineExceeded, control.ErrTimeout}, // a checkpoint wait's timeout_ms
 	} {
 		code, status := codeOf(fmt.Errorf("context: %w", tc.err))
 		if e := (&control.Error{Status: status, Code: code}); !errors.Is(e, tc.client) {

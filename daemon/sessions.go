@@ -3,6 +3,8 @@ package daemon
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -163,10 +165,19 @@ func (s *session) newlyStale() []uint64 {
 	return ids
 }
 
+// maxSessionBody bounds the body of POST /v1/sessions, which carries
+// nothing (clients send none, or {}).
+const maxSessionBody = 4 << 10
+
 // handleSession serves POST /v1/sessions: it names the session, then
 // reports stale leases until the client goes away (or the daemon stops),
-// and then releases every lease of the session.
+// and then releases every lease of the session. The request's body is read
+// first: net/http notices a client going away only once it has been.
 func (d *Daemon) handleSession(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxSessionBody)); err != nil {
+		writeError(w, fmt.Errorf("%w: body: %w", control.ErrInvalid, err))
+		return
+	}
 	s, err := d.sessions.create()
 	if err != nil {
 		writeError(w, err)

@@ -132,7 +132,10 @@ class DaemonNotRunning(DaemonUnavailable):
 
 
 class DaemonTimeout(CacheagentError):
-    """The daemon did not answer within the call's timeout."""
+    """The daemon did not answer within the call's timeout, or gave up
+    waiting within the timeout the request set (code ``timeout``)."""
+
+    code = "timeout"
 
 
 class SessionEnded(CacheagentError):
@@ -211,7 +214,7 @@ def _by_code(*classes: Type[CacheagentError]) -> Dict[str, Type[CacheagentError]
 # The classes of the control API's error codes (control/errors.go).
 _BY_CODE = _by_code(NotFound, InvalidName, ChecksumError, NoSpace, NoShm, ResourceNotFound, InvalidRequest,
                     DaemonUnavailable, SessionEnded, NoFleet, Conflict, PermissionDenied, CheckpointFailed,
-                    InternalError)
+                    DaemonTimeout, InternalError)
 
 
 def error_for(code: Optional[str], message: str, status: Optional[int] = None) -> CacheagentError:
