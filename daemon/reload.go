@@ -115,7 +115,7 @@ func (d *Daemon) keepRestartOnly(cur, next Config) Config {
 		reset     func()
 	}{
 		{"tiers.disk.dir", cur.Tiers.Disk.Dir, next.Tiers.Disk.Dir, func() { next.Tiers.Disk.Dir = cur.Tiers.Disk.Dir }},
-		{"tiers.shm.dir", cur.Tiers.Shm.Dir, next.Tiers.Shm.Dir, func() { next.Tiers.Shm = cur.Tiers.Shm }},
+		{"tiers.shm.dir", cur.Tiers.Shm.Dir, next.Tiers.Shm.Dir, func() { next.Tiers.Shm.Dir = cur.Tiers.Shm.Dir }},
 		{"tiers.disk.pack_below", cur.Tiers.Disk.packBelow(), next.Tiers.Disk.packBelow(),
 			func() { next.Tiers.Disk.PackBelow = cur.Tiers.Disk.PackBelow }},
 		{"tiers.shm.promote_hits", cur.Tiers.Shm.PromoteHits, next.Tiers.Shm.PromoteHits,

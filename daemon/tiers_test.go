@@ -59,6 +59,17 @@ func TestShmTier(t *testing.T) {
 	if got := d.Config().Tiers.Shm.Max; got != 120_000 {
 		t.Errorf("running config's shm max = %d; want 120000", got)
 	}
+	// A move of the shm tier needs a restart; a budget changed with it
+	// still applies.
+	moved := next
+	moved.Tiers.Shm.Dir = filepath.Join(dir, "shm2")
+	moved.Tiers.Shm.Max = 100_000
+	if changed, err := d.Reload(ctx, moved); err != nil || !slices.Equal(changed, []string{"tiers.shm.max"}) {
+		t.Fatalf("Reload(shm dir and max) = %v, %v; want [tiers.shm.max]", changed, err)
+	}
+	if got := d.Config().Tiers.Shm; got.Max != 100_000 || got.Dir != cfg.Tiers.Shm.Dir {
+		t.Errorf("running config's shm tier = %+v; want max 100000 in %s", got, cfg.Tiers.Shm.Dir)
+	}
 }
 
 // TestMount serves the sources at mount.path, in each mount.open mode, and
