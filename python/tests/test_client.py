@@ -200,6 +200,52 @@ def test_collected_lease_released(daemon, client):
     assert client.status()["leases"] == 0
 
 
+class _PopTogether(list):
+    """A list whose pop() of an entry waits until a second thread pops
+    too: both threads saw the entry, as two open() calls can (the
+    interleaving of a race, made certain)."""
+
+    def __init__(self, items) -> None:
+        super().__init__(items)
+        self._both = threading.Barrier(2)
+
+    def pop(self, *args):
+        if self:
+            try:
+                self._both.wait(10)
+            except threading.BrokenBarrierError:  # the other thread did not come: pop alone
+                pass
+        return super().pop(*args)
+
+
+def test_concurrent_opens_release_a_collected_lease_once(daemon, client):
+    """Client is thread-safe: two open() calls that both find one collected
+    lease to release do not fail, and it is released."""
+    lease = client.open(daemon.uri(OBJ))
+    del lease
+    assert len(client._pending) == 1
+    client._pending = _PopTogether(client._pending)
+    opened, failed = [], []
+
+    def open_one() -> None:
+        try:
+            opened.append(client.open(daemon.uri(OBJ)))
+        except BaseException as e:
+            failed.append(e)
+
+    threads = [threading.Thread(target=open_one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
+    assert not failed, failed
+    assert len(opened) == 2 and client.status()["leases"] == 2
+    for lease in opened:
+        lease.close()
+    assert client.status()["leases"] == 0
+
+
 def test_client_close_releases(daemon):
     c = daemon.client()
     lease = c.open(daemon.uri(OBJ))

@@ -230,6 +230,35 @@ def test_state_dict_at_epoch_ends_and_set_epoch(daemon, dataset):
         assert next(iter(ld)).epoch == 2 and ld.state_dict() == {"epoch": 2, "batch": 1, "fingerprint": fp}
 
 
+def test_set_epoch_keeps_a_loaded_mid_epoch_position(daemon, dataset):
+    """README's loop calls set_epoch(epoch) before each epoch: after
+    load_state_dict of a state taken in the loop body, set_epoch of the
+    state's epoch continues with the saved batch instead of replaying the
+    epoch; set_epoch of another epoch starts that one at its batch 0."""
+    want = ref_ids(daemon, batch=64, seed=9, epochs=2)
+    with loader(daemon, seed=9, epochs=2) as ld:
+        it = iter(ld)
+        for _ in range(5):
+            next(it)
+        st = ld.state_dict()
+    assert (st["epoch"], st["batch"]) == (0, 5)
+    with loader(daemon, seed=9, epochs=2) as ld:
+        ld.load_state_dict(st)
+        got = []
+        for epoch in range(st["epoch"], 2):
+            ld.set_epoch(epoch)
+            if epoch == st["epoch"]:
+                assert ld.state_dict() == st
+            got += [(b.epoch, b.index, b.ids.tolist()) for b in ld]
+    assert got[0][:2] == (0, 5)
+    assert [ids for _, _, ids in got] == want[5:]
+    with loader(daemon, seed=9, epochs=2) as ld:
+        ld.load_state_dict(st)
+        ld.set_epoch(1)
+        assert ld.state_dict() == dict(st, epoch=1, batch=0)
+        assert [b.ids.tolist() for b in ld] == want[len(ld):]
+
+
 def _wait_line(p: subprocess.Popen, timeout: float = 30) -> str:
     import select
 
@@ -289,6 +318,130 @@ def test_sigkill_frees_session_and_resume(daemon, dataset, client):
         ld.load_state_dict(st)
         got = [b.ids.tolist() for b in ld] + [b.ids.tolist() for b in ld]
     assert out["ids"] + got == want
+
+
+def _forked_sleeper() -> int:
+    """Fork a child that only sleeps, as a DataLoader worker or a pool
+    process would, with copies of the parent's fds at the fork."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            time.sleep(60)
+        finally:
+            os._exit(0)
+    return pid
+
+
+def _kill(pid: int, reap: bool = True) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    if reap:
+        os.waitpid(pid, 0)
+
+
+def test_close_ends_session_while_a_forked_child_lives(daemon, dataset, client):
+    ld = loader(daemon)
+    next(iter(ld))
+    assert loader_sessions(client) == 1
+    pid = _forked_sleeper()
+    try:
+        ld.close()
+        assert wait_for(lambda: loader_sessions(client) == 0, 10), "close() left the session to the child's fds"
+    finally:
+        _kill(pid)
+
+
+def test_load_state_dict_ends_old_session_while_a_forked_child_lives(daemon, dataset, client):
+    with loader(daemon) as ld:
+        next(iter(ld))
+        pid = _forked_sleeper()
+        try:
+            for _ in range(3):
+                ld.load_state_dict(ld.state_dict())
+            assert wait_for(lambda: loader_sessions(client) == 1, 10), \
+                f"{loader_sessions(client)} sessions on the daemon for one Loader"
+        finally:
+            _kill(pid)
+    assert wait_for(lambda: loader_sessions(client) == 0, 10)
+
+
+def test_close_ends_session_while_another_process_holds_its_sockets(daemon, dataset, client):
+    """close() shuts the sockets down: a process that got copies of them
+    without the fork handler (pass_fds, a fork from C) does not keep the
+    session."""
+    ld = loader(daemon)
+    next(iter(ld))
+    fds = (ld._sock.fileno(), ld._conn.sock.fileno())
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], pass_fds=fds,
+                         stdin=subprocess.DEVNULL)
+    try:
+        ld.close()
+        assert wait_for(lambda: loader_sessions(client) == 0, 10), "close() left the session to the copies"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_forked_child_neither_uses_nor_ends_the_parents_loader(daemon, dataset, client):
+    want = ref_ids(daemon, batch=64, seed=3)
+    with loader(daemon, seed=3) as ld:
+        it = iter(ld)
+        got = [next(it).ids.tolist()]
+        pid = os.fork()
+        if pid == 0:  # the child: its copy of the Loader is closed; closing it leaves the parent's session alone
+            code = 1
+            try:
+                try:
+                    next(iter(ld))
+                    code = 2
+                except cacheagent.ClientClosed:
+                    ld.close()
+                    code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert loader_sessions(client) == 1
+        got += [b.ids.tolist() for b in it]
+    assert got == want
+
+
+FORKING_CHILD = """
+import os, time, cacheagent
+ld = cacheagent.Loader("gs://bench/ld/", pattern="shard-*.{x,y}.npy", batch_size=64, rank=0, world_size=1,
+                       socket=%r, timeout=30)
+next(iter(ld))
+pid = os.fork()
+if pid == 0:  # a DataLoader worker, which outlives its killed parent for a while
+    time.sleep(60)
+    os._exit(0)
+print(pid, flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_process_frees_session_while_its_forked_child_lives(daemon, dataset, client):
+    """A forked child does not hold its parent's loader session: SIGKILL of
+    the parent frees it at once, as without the child."""
+    assert wait_for(lambda: loader_sessions(client) == 0, 10)
+    p = child(FORKING_CHILD % daemon.socket)
+    grandchild = 0
+    try:
+        grandchild = int(_wait_line(p))
+        assert loader_sessions(client) == 1
+        p.send_signal(signal.SIGKILL)
+        p.wait(10)
+        assert wait_for(lambda: loader_sessions(client) == 0, 10), "the forked child kept the session"
+    finally:
+        if grandchild:
+            _kill(grandchild, reap=False)  # not ours to reap
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
 
 
 def test_refused_seek_goes_on(daemon, dataset):

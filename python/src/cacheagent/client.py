@@ -383,8 +383,11 @@ class Client:
             pass  # released with its session (the daemon restarted or is going)
 
     def _release_pending(self) -> None:
-        while self._pending:
-            s, lease_id = self._pending.pop()
+        while True:
+            try:  # list.pop is atomic: of two threads that saw the last entry, one gets it
+                s, lease_id = self._pending.pop()
+            except IndexError:
+                return
             try:
                 self._release(s, lease_id, True)
             except errors.CacheagentError as e:

@@ -20,7 +20,8 @@ copies it).
 The ring is a memfd: it needs no room in ``/dev/shm`` (a container's 64 MiB
 one is enough) and it is freed when the session ends and the last view is
 gone. The session ends when the loader is closed or the process dies (even
-by SIGKILL): the daemon stops the loader and frees everything.
+by SIGKILL; forked children, such as DataLoader workers, do not hold it):
+the daemon stops the loader and frees everything.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import os
 import socket as _socket
 import struct
 import time
+import weakref
 from typing import Any, Deque, Dict, Iterator, List, Optional, Tuple
 
 from . import errors
@@ -51,6 +53,21 @@ from ._request import _default_rank_world, session_request
 from .batch import Batch
 
 __all__ = ["Loader", "Batch"]
+
+_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+# The control streams of sessions inherited through fork, kept so that no
+# finaliser touches them in the child (see Loader._after_fork).
+_forked_away: List[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    for ld in list(_loaders):
+        ld._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Loader:
@@ -125,7 +142,9 @@ class Loader:
     the last batch yielded: a checkpoint taken in the loop body resumes with
     the batch after the one in hand. Use it as a context manager or call
     :meth:`close`. A Loader is for one thread and is not inherited by forked
-    children (open one per process).
+    children (open one per process): a child's copy is closed at the fork,
+    without touching the parent's session, so the session ends when the
+    parent closes the loader or dies, whatever children it has.
     """
 
     def __init__(self, data: Optional[str] = None, *, pattern: Optional[str] = None, manifest: Any = None,
@@ -138,8 +157,10 @@ class Loader:
                  resume_held: bool = False, socket: str = DEFAULT_SOCKET, timeout: float = 600.0) -> None:
         self._sock: Optional[_socket.socket] = None
         self._conn: Optional[http.client.HTTPConnection] = None
+        self._resp: Optional[http.client.HTTPResponse] = None
         self._mm: Optional[mmap.mmap] = None
         self._closed = False
+        self._pid = os.getpid()
         self._iter_gen = 0  # bumped by each iteration and session end: older iterators stop
         import numpy as np  # needed for the views
 
@@ -174,6 +195,7 @@ class Loader:
         self._release_ns = 0  # time spent sending Releases
         self._batches = 0
         self._seeks = 0
+        _loaders.add(self)
         try:
             self._open(None)
             if not 1 <= self.keep <= self.slots:
@@ -253,21 +275,36 @@ class Loader:
         s.settimeout(self.timeout)
 
     def _end_session(self) -> None:
-        """Close the data socket and control stream; drop the ring (the
-        mapping lives on while views of it do)."""
-        self._iter_gen += 1
-        for b in list(self._order) if hasattr(self, "_order") else []:
-            b._loader = None  # no release through a closed session
-        if hasattr(self, "_order"):
-            self._held.clear()
-            self._order.clear()
-            self._pending.clear()
+        """Shut down and close the data socket and control stream (shut
+        down: copies of them in other processes do not keep the session);
+        drop the ring (the mapping lives on while views of it do)."""
+        self._drop_batches()
+        for s in (self._sock, self._conn.sock if self._conn is not None else None):
+            if s is not None:
+                try:
+                    s.shutdown(_socket.SHUT_RDWR)
+                except OSError:
+                    pass  # not connected, or already shut down by the daemon
         if self._sock is not None:
             self._sock.close()
             self._sock = None
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        self._drop_ring()
+
+    def _drop_batches(self) -> None:
+        """Stop the iterators and forget the held batches (no release
+        through a closed session) and the messages not yet used."""
+        self._iter_gen += 1
+        if hasattr(self, "_order"):
+            for b in list(self._order):
+                b._loader = None
+            self._held.clear()
+            self._order.clear()
+            self._pending.clear()
+
+    def _drop_ring(self) -> None:
         self.ring = None
         if self._mm is not None:
             try:
@@ -276,14 +313,37 @@ class Loader:
                 pass  # views are alive: the mapping goes with the last one
             self._mm = None
 
+    def _after_fork(self) -> None:
+        """In a forked child: close the child's copies of the session's
+        sockets without touching the connections (no shutdown, which would
+        end the parent's session) and unmap its copy of the ring; the
+        Loader is closed here. The control stream's response object is
+        kept, never closed: its buffer's lock may be held by a thread that
+        does not exist here."""
+        self._pid = os.getpid()
+        self._closed = True
+        self._drop_batches()
+        conn, self._conn = self._conn, None
+        for s in (self._sock, conn.sock if conn is not None else None):
+            if s is not None:
+                try:
+                    os.close(s.detach())
+                except OSError:
+                    pass
+        self._sock = None
+        if conn is not None:
+            _forked_away.append((conn, self._resp))
+            self._resp = None
+        self._drop_ring()
+
     def _ended_reason(self) -> str:
         """The control stream's last line, if the daemon sent one."""
-        conn = self._conn
-        if conn is None or conn.sock is None:
+        conn, resp = self._conn, self._resp
+        if conn is None or conn.sock is None or resp is None:
             return ""
         try:
             conn.sock.settimeout(0.5)
-            line = self._resp.readline(1 << 16)
+            line = resp.readline(1 << 16)
             return str(json.loads(line).get("ended", "")) if line else ""
         except Exception:
             return ""
@@ -415,11 +475,20 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Make the next iteration read epoch ``epoch`` from its start (the
         daemon restarts its loader there unless its stream is already at
-        that epoch's first batch)."""
+        that epoch's first batch).
+
+        Before the first iteration after :meth:`load_state_dict` (or of the
+        session) the loader keeps a position that is already in ``epoch``:
+        the loop ``for epoch in range(start, n): loader.set_epoch(epoch)``
+        resumed from a state taken mid-epoch continues with the saved batch
+        (the one after the batch in hand) rather than replaying the epoch.
+        """
         self._check()
         if int(epoch) < 0:
             raise InvalidRequest(f"cacheagent loader: set_epoch({epoch}): epochs are >= 0", code="invalid")
         self._epoch = int(epoch)
+        if self._fresh and self._pos[0] == self._epoch and not self._ended:
+            return  # the loaded position is in this epoch: the next iteration starts there
         self._fresh = False
         self._consumed = (self._epoch, 0)  # where the next iteration starts
 
@@ -562,12 +631,17 @@ class Loader:
     # ----- lifetime
 
     def _check(self) -> None:
+        if self._pid != os.getpid():  # forked without register_at_fork
+            self._after_fork()
         if self._closed or self._sock is None:
             raise ClientClosed("cacheagent: the loader is closed")
 
     def close(self) -> None:
         """End the session: the daemon stops the loader and frees the ring
-        (views still alive keep their memory). Idempotent."""
+        (views still alive keep their memory). Idempotent; in a forked
+        child it ends nothing (the session is the parent's)."""
+        if self._pid != os.getpid():
+            self._after_fork()
         if self._closed:
             return
         self._closed = True
