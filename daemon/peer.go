@@ -133,8 +133,22 @@ func (p *peerPlane) server(cache *tier.Cache, buckets []string, log *slog.Logger
 	}
 	p.src.SetCache(cache) // the chunks this node owns are kept there
 	p.srv = srv
-	p.http = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	p.http = peerHTTPServer(srv)
 	return nil
+}
+
+// peerIdleTimeout is how long the peer port keeps a connection that
+// carries no request: longer than a peer.Source keeps its idle ones (90
+// s), so the requester closes first. Tests shorten it.
+var peerIdleTimeout = 2 * time.Minute
+
+// peerHTTPServer returns the peer port's server for h. A connection
+// waits at most 10 s for a request's header and peerIdleTimeout between
+// requests; the peer server bounds each write of an answer itself
+// (peer.ServerConfig.WriteStall), so there is no WriteTimeout to cut a
+// long transfer.
+func peerHTTPServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: peerIdleTimeout}
 }
 
 // stats adds the data plane's traffic to s.

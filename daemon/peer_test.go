@@ -1,11 +1,16 @@
 package daemon
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +18,7 @@ import (
 	"github.com/cacheagent/cacheagent/bench/emulator"
 	"github.com/cacheagent/cacheagent/fleet"
 	"github.com/cacheagent/cacheagent/fleet/peer"
+	"github.com/cacheagent/cacheagent/fleet/placement"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -108,5 +114,75 @@ func TestDaemonFleetReadsThroughPeers(t *testing.T) {
 	fs, err := dial(t, b).Fleet(testCtx(t))
 	if err != nil || fs.Traffic.PeerBytes["node-a"] != sb.PeerBytes["node-a"] {
 		t.Errorf("GET /v1/fleet traffic = %+v, %v; want b's peer bytes", fs.Traffic, err)
+	}
+}
+
+// TestDaemonPeerPortClosesIdleConns: the peer port closes a connection
+// that carries no request for peerIdleTimeout, even one whose only
+// request was refused.
+func TestDaemonPeerPortClosesIdleConns(t *testing.T) {
+	peerIdleTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { peerIdleTimeout = 2 * time.Minute })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := peerHTTPServer(http.NotFoundHandler())
+	var wg sync.WaitGroup
+	wg.Go(func() { hs.Serve(ln) })
+	defer func() {
+		hs.Close()
+		wg.Wait()
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", peer.Path)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetReadDeadline(time.Now().Add(testTimeout)) // reached only if the server never closes
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("read from an idle connection = %v; want io.EOF (closed by the server)", err)
+	}
+}
+
+// TestDaemonPeerHoldersKeepBuckets: a member's POST /v1/holders records
+// who holds a checkpoint, and never widens the buckets the peer port
+// serves: a bucket outside this node's sources and checkpoints stays 403.
+func TestDaemonPeerHoldersKeepBuckets(t *testing.T) {
+	emu := startEmulator(t, nil)
+	key := filepath.Join(t.TempDir(), "fleet.key")
+	if err := os.WriteFile(key, []byte("00112233445566778899aabbccddeeff\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t.TempDir(), emu)
+	cfg.Tiers.Disk.Max = 1 << 30
+	cfg.Sources = []SourceConfig{{URI: object.URI{Bucket: "bkt", Path: "d/"}}}
+	cfg.Fleet = &fleet.Config{Name: "node-a", Listen: "127.0.0.1:0", PeerListen: "127.0.0.1:0", KeyFile: key}
+	a := startDaemon(t, cfg)
+	c := a.ckptFleet
+	q := url.Values{"uri": {"gs://other/run/step-1/"}, "node": {"node-b"}}
+	if err := c.Do(testCtx(t), "node-a", http.MethodPost, holdersPath+"?"+q.Encode(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := a.peers.owners.preferredFor(placement.Key{Bucket: "other", Object: "run/step-1/x"}); m != "node-b" || !ok {
+		t.Errorf("preferred holder %q, %v; want node-b", m, ok)
+	}
+	read := func(bucket string) error {
+		q := url.Values{"b": {bucket}, "o": {"d/missing"}, "gen": {"1"}, "off": {"0"}, "n": {"1"}}
+		return c.Do(testCtx(t), "node-a", http.MethodGet, peer.Path+"?"+q.Encode(), nil, 0)
+	}
+	if err := read("other"); err == nil || !strings.Contains(err.Error(), "403") {
+		t.Errorf("a peer read of the other bucket: %v; want 403", err)
+	}
+	if err := read("bkt"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("a peer read of a missing object of a source's bucket: %v; want 404", err)
 	}
 }

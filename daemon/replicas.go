@@ -131,7 +131,9 @@ func (c *ckptFleet) Do(ctx context.Context, member, method, path string, body io
 
 // Prefer has the objects under prefix filled from member (see
 // fleetOwners.Owners), here and on every other live member: an owner may
-// fill for another member's restore before its own restore begins.
+// fill for another member's restore before its own restore begins. Only
+// this node's peer port starts serving prefix's bucket: the others serve
+// theirs (their sources and checkpoints), which a member cannot widen.
 func (c *ckptFleet) Prefer(ctx context.Context, prefix object.URI, member string) {
 	c.p.owners.prefer(prefix, member)
 	c.p.srv.AllowBucket(prefix.Bucket)
@@ -222,8 +224,9 @@ func peerHandler(p *peerPlane, store *checkpoint.Store) (http.Handler, error) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
+		// The bucket list is this node's own (its sources, the buckets
+		// its checkpoints are in): a member cannot widen it.
 		p.owners.prefer(u, node)
-		p.srv.AllowBucket(u.Bucket)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	authed, err := peer.Authenticated(p.key, mux)

@@ -200,6 +200,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) (outcome, er
 		select {
 		case it = <-ready:
 		case <-t.C:
+			s.progress(w)
 			if _, err := w.Write(appendFrame(hdr[:0], frame{st: itemWait})); err != nil {
 				return outcomeOK, fmt.Errorf("send batch: %w", err)
 			}
@@ -227,6 +228,7 @@ func (s *Server) serveBatch(w http.ResponseWriter, r *http.Request) (outcome, er
 // sendItem writes it's frame (and bytes) and closes its handle.
 func (s *Server) sendItem(w http.ResponseWriter, it batchItem, hdr []byte) error {
 	f := frame{st: it.st, index: it.index, gen: it.o.Generation}
+	s.progress(w)
 	if it.h == nil {
 		_, err := w.Write(appendFrame(hdr, f))
 		return err
@@ -240,7 +242,9 @@ func (s *Server) sendItem(w http.ResponseWriter, it batchItem, hdr []byte) error
 	if c := s.cfg.CorruptForTest; c != nil {
 		src = &corrupting{r: src, o: it.o, fn: c}
 	}
-	m, err := io.Copy(w, src)
+	// A short copy ends the answer: the frames after it would be read at
+	// the wrong offset.
+	m, err := s.copyOut(w, src, f.n)
 	s.bytes.Add(m)
 	if err != nil {
 		return fmt.Errorf("send %s in a batch: %w", it.o, err)

@@ -227,21 +227,30 @@ func TestBatchKeepalive(t *testing.T) {
 	cfg.StallTimeout = 300 * time.Millisecond // shorter than one fill: only keepalives save the batch
 	cfg.BatchInflight = 1
 	a := startNode(t, e, "a", la, cfg, nil)
+	objs, datas := slowOwner(t, e, lb, 300, 600*time.Millisecond)
+	readAllOn(t, a, objs, datas)
+	st := a.src.Stats()
+	if st.BatchedObjects != int64(len(objs)) || st.OriginBytes != 0 || st.PeerErrors["timeout"] != 0 {
+		t.Errorf("Stats = %+v; want %d objects batched, none from GCS, no timeouts", st, len(objs))
+	}
+}
+
+// slowOwner starts node b on lb, owning every key and sending heartbeats
+// every 20ms, and puts 4 small objects (patterns from seed) that b then
+// takes at least fill to fill, each.
+func slowOwner(t *testing.T, e *gcsEnv, lb net.Listener, seed uint64, fill time.Duration) ([]object.Object, [][]byte) {
+	t.Helper()
 	startNode(t, e, "b", lb, patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
 		c.Heartbeat = 20 * time.Millisecond
 	})
 	const n = 4
 	objs, datas := make([]object.Object, n), make([][]byte, n)
 	for i := range n {
-		datas[i] = emulator.Pattern(uint64(300+i), 2000)
+		datas[i] = emulator.Pattern(seed+uint64(i), 2000)
 		objs[i] = e.put(t, bucket, fmt.Sprintf("slow/%d", i), datas[i])
 	}
-	e.emu.SetShape(emulator.Shape{FirstByte: 600 * time.Millisecond}) // each fill takes at least this long
-	readAllOn(t, a, objs, datas)
-	st := a.src.Stats()
-	if st.BatchedObjects != n || st.OriginBytes != 0 || st.PeerErrors["timeout"] != 0 {
-		t.Errorf("Stats = %+v; want %d objects batched, none from GCS, no timeouts", st, n)
-	}
+	e.emu.SetShape(emulator.Shape{FirstByte: fill})
+	return objs, datas
 }
 
 func FuzzParseBatch(f *testing.F) {

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cacheagent/cacheagent/fetch"
 	"github.com/cacheagent/cacheagent/object"
 )
 
@@ -32,6 +33,7 @@ type batcher struct {
 // once done is closed. lead hands it a slot to send the next batch.
 type batchRead struct {
 	req   request
+	alive func() // tells the read's Downloader that the owner is still filling
 	data  []byte
 	cause Cause
 	err   error
@@ -53,7 +55,7 @@ func (s *Source) batchable(ctx context.Context, req request) bool {
 // from c meanwhile, and returns what fromPeer would.
 func (s *Source) fromBatch(ctx context.Context, c Candidate, p *peerState, req request) (io.ReadCloser, Cause, error) {
 	b := &p.batch
-	r := &batchRead{req: req, done: make(chan struct{}), lead: make(chan struct{}, 1)}
+	r := &batchRead{req: req, alive: func() { fetch.Alive(ctx) }, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	b.mu.Lock()
 	b.pending = append(b.pending, r)
 	if b.inflight < s.cfg.BatchInflight {
@@ -83,23 +85,56 @@ func (s *Source) fromBatch(ctx context.Context, c Candidate, p *peerState, req r
 	}
 }
 
-// sendNext sends, on the slot r was handed, a batch of the reads waiting,
-// then hands the slot on to the next read waiting (or frees it). The
-// request does not end with r's context: other reads wait on it.
+// sendNext starts, on the slot r was handed, a batch of the reads waiting,
+// or hands the slot on to the next read waiting (or frees it) if none is
+// left. The batch runs on a goroutine of the Source (see goBatch), which
+// hands the slot on when it ends: r, like every read the batch carries,
+// waits for its own frame or its own context.
 func (s *Source) sendNext(ctx context.Context, c Candidate, p *peerState, r *batchRead) {
 	b := &p.batch
 	b.mu.Lock()
 	r.slot = false
 	n := min(len(b.pending), s.cfg.BatchMax)
+	if n == 0 {
+		b.handOnLocked()
+		b.mu.Unlock()
+		return
+	}
 	rs := slices.Clone(b.pending[:n])
 	b.pending = slices.Delete(b.pending, 0, n)
 	b.mu.Unlock()
-	if len(rs) > 0 {
-		s.sendBatch(context.WithoutCancel(ctx), c, p, rs)
+	s.goBatch(ctx, func(bctx context.Context) {
+		s.sendBatch(bctx, c, p, rs)
+		b.mu.Lock()
+		b.handOnLocked()
+		b.mu.Unlock()
+	})
+}
+
+// goBatch runs fn on a goroutine that Close waits for, on a context that
+// keeps ctx's values but not its cancellation (other reads wait on the
+// batch), and ends after Config.BatchTimeout or at Close. After Close, fn
+// runs on the caller's goroutine, on a context already ended.
+func (s *Source) goBatch(ctx context.Context, fn func(bctx context.Context)) {
+	bctx, cancel := context.WithTimeoutCause(context.WithoutCancel(ctx), s.cfg.BatchTimeout, errBatchTimeout)
+	s.bgMu.Lock()
+	closed := s.closed
+	if !closed {
+		s.bg.Add(1)
 	}
-	b.mu.Lock()
-	b.handOnLocked()
-	b.mu.Unlock()
+	s.bgMu.Unlock()
+	if closed {
+		cancel()
+		fn(bctx)
+		return
+	}
+	stop := context.AfterFunc(s.closing, cancel)
+	go func() {
+		defer s.bg.Done()
+		defer cancel()
+		defer stop()
+		fn(bctx)
+	}()
 }
 
 // giveLocked hands r a slot.
@@ -145,7 +180,7 @@ func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []
 	defer cancel(nil)
 	resp, cause, err := s.roundTrip(rctx, cancel, c, p, BatchPath+"?"+batchQuery(objs, false))
 	if err == nil && resp.StatusCode != http.StatusOK {
-		drainClose(resp.Body)
+		drainClose(resp.Body, cancel, s.cfg.StallTimeout)
 		cause, err = causeOf(resp.StatusCode), fmt.Errorf("peer %s: batch: %w: status %s", c.Name, errBadAnswer, resp.Status)
 	}
 	if err != nil {
@@ -171,8 +206,13 @@ func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []
 			failAll(pending, bodyCause(rctx), fmt.Errorf("peer %s: batch: %w", c.Name, err))
 			return
 		}
-		if f.st == itemWait {
-			continue // a keepalive: the owner is still filling
+		if f.st == itemWait { // a keepalive: the owner is still filling
+			for _, r := range pending {
+				if r != nil {
+					r.alive()
+				}
+			}
+			continue
 		}
 		r := pending[f.index]
 		switch {
@@ -209,10 +249,14 @@ func (s *Source) sendBatch(ctx context.Context, c Candidate, p *peerState, rs []
 	}
 }
 
+// errBatchTimeout ends a batch request past Config.BatchTimeout.
+var errBatchTimeout = errors.New("peer: batch took longer than the batch timeout")
+
 // bodyCause says why a batch's body failed: a stall (no bytes, not even a
-// keepalive, for the stall timeout) or a bad answer.
+// keepalive, for the stall timeout), a batch past Config.BatchTimeout, or a
+// bad answer.
 func bodyCause(rctx context.Context) Cause {
-	if errors.Is(context.Cause(rctx), errStalled) {
+	if c := context.Cause(rctx); errors.Is(c, errStalled) || errors.Is(c, errBatchTimeout) {
 		return CauseTimeout
 	}
 	return CauseBadResponse

@@ -115,18 +115,26 @@ func TestChunkedOwnerDown(t *testing.T) {
 	}
 }
 
+// corruptChunkedPair starts two nodes with testChunk chunks: a, whose
+// Source ranks aOwners, and b on lb, which owns every key and flips a byte
+// of everything it sends.
+func corruptChunkedPair(t *testing.T, e *gcsEnv, aOwners Owners, lb net.Listener) (a, b *node) {
+	t.Helper()
+	cfgA, cfgB := patient(aOwners), patient(ownedBy(Candidate{Name: "b", Self: true}))
+	cfgA.ChunkSize, cfgB.ChunkSize = testChunk, testChunk
+	a = startNode(t, e, "a", listen(t), cfgA, nil)
+	b = startNode(t, e, "b", lb, cfgB, func(c *ServerConfig) {
+		c.CorruptForTest = func(_ object.Object, _ int64, p []byte) { p[0] ^= 0x55 }
+	})
+	return a, b
+}
+
 // TestChunkedCorruptPeer: a peer that flips a byte of every chunk it sends
 // is caught by the object's CRC32C; the re-read goes to GCS.
 func TestChunkedCorruptPeer(t *testing.T) {
 	e := newGCSEnv(t)
-	la, lb := listen(t), listen(t)
-	cfgA := patient(ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}))
-	cfgB := patient(ownedBy(Candidate{Name: "b", Self: true}))
-	cfgA.ChunkSize, cfgB.ChunkSize = testChunk, testChunk
-	a := startNode(t, e, "a", la, cfgA, nil)
-	b := startNode(t, e, "b", lb, cfgB, func(c *ServerConfig) {
-		c.CorruptForTest = func(_ object.Object, _ int64, p []byte) { p[0] ^= 0x55 }
-	})
+	lb := listen(t)
+	a, b := corruptChunkedPair(t, e, ownedBy(Candidate{Name: "b", Addr: lb.Addr().String()}), lb)
 	data := emulator.Pattern(23, bigSize)
 	o := e.put(t, bucket, "x", data)
 	checkBytes(t, "a reads", read(t, a.cache, o), data)

@@ -68,7 +68,7 @@ func (s *Source) ask(rctx context.Context, cancel context.CancelCauseFunc, c Can
 		return nil, cause, err
 	}
 	if cause, err := check(resp, req); err != nil {
-		drainClose(resp.Body)
+		drainClose(resp.Body, cancel, s.cfg.StallTimeout)
 		return nil, cause, fmt.Errorf("peer %s: %s: %w", c.Name, req.obj, err)
 	}
 	return &peerReader{body: resp.Body, p: p, name: c.Name, o: req.obj,
@@ -85,9 +85,12 @@ const maxDrain = 16 << 10
 // along, and the next request to that peer pays a TCP and a TLS
 // handshake. Refusals are common: every cached-only ask that misses is a
 // 404, and with small objects those handshakes were a fifth of a fleet
-// node's CPU.
-func drainClose(body io.ReadCloser) {
+// node's CPU. A body that stalls for wait ends its request (cancel
+// cancels it) rather than hold the caller.
+func drainClose(body io.ReadCloser, cancel context.CancelCauseFunc, wait time.Duration) {
+	stall := time.AfterFunc(wait, func() { cancel(errStalled) })
 	io.CopyN(io.Discard, body, maxDrain)
+	stall.Stop()
 	body.Close()
 }
 

@@ -91,7 +91,9 @@
 // Heartbeat while nothing is ready), the object's index in the request
 // (big-endian uint16), its generation and its length (big-endian uint64
 // each), then its bytes; objects still filling after MaxWait are answered
-// busy. A frame that is not what was asked (an index out of range or
+// busy. Each keepalive calls fetch.Alive for every read still waiting, as
+// a 102 does. A batch lasts at most [Config].BatchTimeout (1 min), however
+// many keepalives come. A frame that is not what was asked (an index out of range or
 // twice, another generation or length) fails the rest of the batch, and
 // the peer is cooled down; an object answered otherwise than 0 goes on as
 // a single read would (the next candidate, or GCS). Each object is still checked whole against GCS's
@@ -203,20 +205,26 @@
 //
 // # Concurrency
 //
-// Server and Source are safe for concurrent use. A batch is sent by a read
-// holding one of its peer's slots, which waits for the answer; the reads it
-// carries wait for their frames or their context. A Source's readers
-// belong to their callers and must be closed; Source.Close closes idle
-// connections. The Server starts one goroutine per request (the cache
-// Open it waits on, sending heartbeats meanwhile) and waits for it before
-// returning.
+// Server and Source are safe for concurrent use. A read handed one of its
+// peer's batch slots starts the batch on a goroutine of the Source, which
+// hands the slot on when the batch ends; every read it carries, the
+// sender's too, waits for its frame or its own context. Source.Close ends
+// the batches in flight, waits for their goroutines and closes idle
+// connections. A Source's readers belong to their callers and must be
+// closed. The Server starts one goroutine per request (the cache Open it
+// waits on, sending heartbeats meanwhile) and waits for it before
+// returning. Each write of an answer (a heartbeat, a frame, a piece of at
+// most 1 MiB) must end within [ServerConfig].WriteStall (30 s): a
+// requester that stops reading loses its connection, and the cached copy
+// it held open is let go. A cached file that ends short cuts the answer.
 //
 // # Waiting on an owner's fill
 //
-// Each heartbeat also calls fetch.Alive, so the requester's
-// fetch.Downloader does not take a long fill for a stall. The wait is
-// still bounded: the owner's own Downloader aborts a fill that stalls, and
-// the requester then gets a 502 and goes to the next candidate or GCS.
+// Each heartbeat (and each batch keepalive) also calls fetch.Alive, so
+// the requester's fetch.Downloader does not take a long fill for a stall.
+// The wait is still bounded: the owner's own Downloader aborts a fill
+// that stalls, and the requester then gets a 502 and goes to the next
+// candidate or GCS.
 // While the owner fills an object (or a chunk) its requesters get no
 // bytes; with chunks, that wait is one chunk's.
 package peer

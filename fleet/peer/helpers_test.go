@@ -95,6 +95,13 @@ func listen(t testing.TB) net.Listener {
 // scfg, if set, adjusts its Server config.
 func startNode(t testing.TB, e *gcsEnv, name string, ln net.Listener, cfg Config, scfg func(*ServerConfig)) *node {
 	t.Helper()
+	return startNodeFetch(t, e, name, ln, cfg, testFetch, scfg)
+}
+
+// startNodeFetch is startNode with fcfg as its Downloaders' config.
+func startNodeFetch(t testing.TB, e *gcsEnv, name string, ln net.Listener, cfg Config, fcfg fetch.Config,
+	scfg func(*ServerConfig)) *node {
+	t.Helper()
 	src, err := New(e.gcs, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +109,7 @@ func startNode(t testing.TB, e *gcsEnv, name string, ln net.Listener, cfg Config
 	t.Cleanup(func() { src.Close() })
 	var fs [2]*fetch.Downloader
 	for i := range fs {
-		if fs[i], err = fetch.NewDownloader(src, testFetch); err != nil {
+		if fs[i], err = fetch.NewDownloader(src, fcfg); err != nil {
 			t.Fatal(err)
 		}
 	}

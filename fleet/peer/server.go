@@ -22,9 +22,10 @@ import (
 
 // Defaults for the zero fields of ServerConfig.
 const (
-	DefaultMaxSkew   = 30 * time.Second
-	DefaultHeartbeat = 250 * time.Millisecond
-	DefaultMaxWait   = 30 * time.Second
+	DefaultMaxSkew    = 30 * time.Second
+	DefaultHeartbeat  = 250 * time.Millisecond
+	DefaultMaxWait    = 30 * time.Second
+	DefaultWriteStall = 30 * time.Second
 )
 
 // Cache is what a Server serves from: a tier.Cache.
@@ -59,6 +60,11 @@ type ServerConfig struct {
 	// (heartbeats keep the requester from timing out meanwhile): past it
 	// the answer is 503 and the requester reads GCS. Default 30s.
 	MaxWait time.Duration
+	// WriteStall bounds each write of an answer (a heartbeat, a frame, a
+	// piece of at most writePiece bytes): a requester that takes no bytes
+	// for this long loses its connection, and the copy being sent to it is
+	// let go. Default 30s.
+	WriteStall time.Duration
 	// ChunkSize is the fleet's chunk size (Config.ChunkSize): a chunk
 	// request's range must lie within its chunk. Default
 	// placement.DefaultChunkSize.
@@ -76,7 +82,9 @@ type ServerConfig struct {
 
 // Server answers peers' range requests from the local cache. It is an
 // http.Handler, safe for concurrent use; run it in an http.Server with a
-// ReadHeaderTimeout, on the fleet's peer_listen address.
+// ReadHeaderTimeout and an IdleTimeout, on the fleet's peer_listen address.
+// It bounds its own writes (ServerConfig.WriteStall), so leave
+// WriteTimeout unset: it would cut long transfers.
 type Server struct {
 	// Immutable after NewServer.
 	cfg  ServerConfig
@@ -106,10 +114,11 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if cfg.Cache == nil {
 		return nil, fmt.Errorf("%w: nil Cache", ErrConfig)
 	}
-	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 || cfg.MaxWait < 0 || cfg.ChunkSize < 0 {
-		return nil, fmt.Errorf("%w: negative MaxSkew, Heartbeat, MaxWait or ChunkSize", ErrConfig)
+	if cfg.MaxSkew < 0 || cfg.Heartbeat < 0 || cfg.MaxWait < 0 || cfg.WriteStall < 0 || cfg.ChunkSize < 0 {
+		return nil, fmt.Errorf("%w: negative MaxSkew, Heartbeat, MaxWait, WriteStall or ChunkSize", ErrConfig)
 	}
 	setDefault(&cfg.MaxWait, DefaultMaxWait)
+	setDefault(&cfg.WriteStall, DefaultWriteStall)
 	setDefault(&cfg.ChunkSize, placement.DefaultChunkSize)
 	if cfg.MaxSkew == 0 {
 		cfg.MaxSkew = DefaultMaxSkew
@@ -316,6 +325,7 @@ func (s *Server) beat(w http.ResponseWriter, done <-chan struct{}) (expired bool
 		case <-done:
 			return false
 		case <-t.C:
+			s.progress(w)
 			w.WriteHeader(http.StatusProcessing) // the header map is still empty
 		case <-limit.C:
 			return true
@@ -340,17 +350,48 @@ func (s *Server) send(w http.ResponseWriter, h *tier.Handle, req request, off in
 	hd.Set("Content-Length", strconv.FormatInt(req.n, 10))
 	hd.Set(headerGeneration, strconv.FormatInt(req.obj.Generation, 10))
 	w.WriteHeader(http.StatusOK)
-	var src io.Reader = io.LimitReader(f, req.n)
+	var src io.Reader = f
 	if c := s.cfg.CorruptForTest; c != nil {
 		src = &corrupting{r: src, o: req.obj, off: req.off, fn: c}
 	}
-	n, err := io.Copy(w, src)
+	n, err := s.copyOut(w, src, req.n)
 	s.bytes.Add(n)
 	if err != nil {
 		// The status is sent: the requester sees a short body.
 		return outcomeOK, fmt.Errorf("send %s: %w", req.obj, err)
 	}
 	return outcomeOK, nil
+}
+
+// writePiece is the most bytes of an answer written under one write
+// deadline: small enough to take well under WriteStall on any link, large
+// enough that moving the deadline costs nothing.
+const writePiece = 1 << 20
+
+// progress moves w's write deadline to WriteStall from now. (Outside a
+// net/http server, a ResponseRecorder say, there is none to move.)
+func (s *Server) progress(w http.ResponseWriter) {
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.cfg.WriteStall))
+}
+
+// copyOut writes n bytes of src to w in pieces of at most writePiece, each
+// under a write deadline of WriteStall, and returns how many it wrote. A
+// src that ends short (a file truncated on disk) is an error wrapping
+// io.ErrUnexpectedEOF. From an *os.File, each piece is a sendfile.
+func (s *Server) copyOut(w http.ResponseWriter, src io.Reader, n int64) (int64, error) {
+	var done int64
+	for done < n {
+		s.progress(w)
+		m, err := io.CopyN(w, src, min(writePiece, n-done))
+		done += m
+		if errors.Is(err, io.EOF) {
+			return done, fmt.Errorf("%d of %d bytes: %w", done, n, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
 }
 
 // corrupting passes its reader's bytes through the CorruptForTest hook.

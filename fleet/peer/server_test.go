@@ -3,7 +3,9 @@ package peer
 import (
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -212,6 +214,59 @@ func TestServerMaxWait(t *testing.T) {
 	}
 	if st := b.srv.Stats(); st.ServedRequests["busy"] != 1 {
 		t.Errorf("server Stats = %+v; want one busy answer", st)
+	}
+}
+
+// TestServerWriteStall: a requester that stops reading an answer loses
+// its connection after WriteStall, and the server lets go of the copy it
+// was sending.
+func TestServerWriteStall(t *testing.T) {
+	e := newGCSEnv(t)
+	b := startNode(t, e, "b", listen(t), patient(ownedBy(Candidate{Name: "b", Self: true})), func(c *ServerConfig) {
+		c.WriteStall = 200 * time.Millisecond
+	})
+	const size = 16 << 20 // far more than the sockets buffer
+	o := e.put(t, bucket, "large", emulator.Pattern(40, size))
+	read(t, b.cache, o)
+	ln := listen(t)
+	ended := make(chan struct{})
+	serve(t, ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.srv.ServeHTTP(w, r)
+		close(ended)
+	}))
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.(*net.TCPConn).SetReadBuffer(16 << 10)
+	req, err := http.NewRequest(http.MethodGet, "http://"+ln.Addr().String()+uriOf(o, 0, size), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sign(testKey, req, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := req.Write(conn); err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is read: the answer's writes block.
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server is still sending to a requester that reads nothing")
+	}
+}
+
+// TestCopyOutShort: a source that ends before its length (a cached file
+// truncated on disk) is an error, never an answer or a batch frame cut
+// short without one.
+func TestCopyOutShort(t *testing.T) {
+	s := &Server{cfg: ServerConfig{WriteStall: time.Second}}
+	w := httptest.NewRecorder()
+	n, err := s.copyOut(w, strings.NewReader("abc"), 10)
+	if n != 3 || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Errorf("copyOut = %d, %v; want 3 bytes and io.ErrUnexpectedEOF", n, err)
 	}
 }
 

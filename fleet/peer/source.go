@@ -36,6 +36,7 @@ const (
 	DefaultBatchBelow      = 1 << 20
 	DefaultBatchMax        = 64
 	DefaultBatchInflight   = 4
+	DefaultBatchTimeout    = time.Minute
 )
 
 // Config configures New. The zero value of each field but Key and Owners
@@ -90,6 +91,10 @@ type Config struct {
 	// BatchMax is the most objects a batch request asks for, at most
 	// MaxBatch. Default MaxBatch (64).
 	BatchMax int
+	// BatchTimeout bounds a batch request from its start to its last
+	// frame, keepalives or not: the reads it has not answered by then
+	// fail, and go on as a single read would. Default 1m.
+	BatchTimeout time.Duration
 }
 
 // withDefaults validates c and fills in its zero fields.
@@ -102,7 +107,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxPeers < 0 || c.ConnectTimeout < 0 || c.FirstByteFloor < 0 || c.FirstByteFactor < 0 ||
 		c.FirstByteMax < 0 || c.StallTimeout < 0 || c.CoolDown < 0 || c.FallbackRate < 0 || c.FallbackBurst < 0 ||
-		c.ChunkSize < 0 || c.BatchInflight < 0 || c.BatchMax < 0 || c.BatchMax > MaxBatch {
+		c.ChunkSize < 0 || c.BatchInflight < 0 || c.BatchMax < 0 || c.BatchMax > MaxBatch || c.BatchTimeout < 0 {
 		return c, fmt.Errorf("%w: negative value", ErrConfig)
 	}
 	c.Key = slices.Clone(c.Key)
@@ -119,6 +124,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDefault(&c.BatchBelow, DefaultBatchBelow)
 	setDefault(&c.BatchInflight, DefaultBatchInflight)
 	setDefault(&c.BatchMax, DefaultBatchMax)
+	setDefault(&c.BatchTimeout, DefaultBatchTimeout)
 	if c.FirstByteMax < c.FirstByteFloor {
 		return c, fmt.Errorf("%w: FirstByteMax %v < FirstByteFloor %v", ErrConfig, c.FirstByteMax, c.FirstByteFloor)
 	}
@@ -156,6 +162,14 @@ type Source struct {
 
 	fwdMu sync.Mutex
 	fwd   map[object.Object]int // peer reads in flight per object; guarded by fwdMu
+
+	// Batch requests in flight (goBatch): closing ends at Close, which
+	// then waits for bg.
+	closing   context.Context
+	stopBatch context.CancelFunc
+	bgMu      sync.Mutex
+	closed    bool // guarded by bgMu
+	bg        sync.WaitGroup
 
 	originBytes   atomic.Int64
 	batches       atomic.Int64 // batch requests sent
@@ -195,6 +209,7 @@ func New(origin object.Source, cfg Config) (*Source, error) {
 	if cfg.TLS != nil {
 		scheme = "https"
 	}
+	closing, stop := context.WithCancel(context.Background())
 	return &Source{
 		origin: origin, cfg: cfg, transport: t, scheme: scheme,
 		client:  &http.Client{Transport: t, CheckRedirect: noRedirect},
@@ -202,6 +217,7 @@ func New(origin object.Source, cfg Config) (*Source, error) {
 		now:     time.Now,
 		peers:   make(map[string]*peerState),
 		fwd:     make(map[object.Object]int),
+		closing: closing, stopBatch: stop,
 	}, nil
 }
 
@@ -215,9 +231,15 @@ func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastRe
 // origin.
 func (s *Source) SetCache(c Cache) { s.cache.Store(&c) }
 
-// Close closes the Source's idle connections to peers. Readers still open
-// keep working.
+// Close ends the batch requests in flight (the reads they carry fail and
+// go on as single reads would), waits for them, and closes the Source's
+// idle connections to peers. Readers still open keep working.
 func (s *Source) Close() error {
+	s.bgMu.Lock()
+	s.closed = true
+	s.bgMu.Unlock()
+	s.stopBatch()
+	s.bg.Wait()
 	s.transport.CloseIdleConnections()
 	return nil
 }
