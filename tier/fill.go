@@ -404,7 +404,7 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 // and to Opens of its exact generation while held, and deleted at its
 // last release.
 func (c *Cache) transientLocked(e *entry, reservation int64) {
-	e.refs, e.fillHold = 1, true
+	e.refs, e.transient, e.fillHold = 1, true, true
 	e.st.used += e.rec.blocks
 	e.st.reserved -= reservation
 	c.stats.fills++
@@ -417,7 +417,7 @@ func (c *Cache) transientLocked(e *entry, reservation int64) {
 // (see transientLocked), if it was not handed over yet: the caller took
 // its own, or wants none.
 func (c *Cache) takeFillHold(e *entry) {
-	if e == nil {
+	if e == nil || !e.transient { // read without mu: set before the fill returned e
 		return
 	}
 	c.mu.Lock()

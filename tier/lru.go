@@ -80,9 +80,10 @@ type entry struct {
 	// keepBytes is set on a dropped packed copy whose record could not
 	// be deleted: its region is not punched (see deleteRecords).
 	keepBytes bool
-	// fillHold is set on a copy outside the cache (see transientLocked)
-	// while the reference its fill holds is not yet handed over.
-	fillHold bool
+	// transient is set on a copy outside the cache (see transientLocked)
+	// before its fill returns it, and never changes after; fillHold is set
+	// on it while the reference its fill holds is not yet handed over.
+	transient, fillHold bool
 	promoting bool
 	// staleSet is the value a stale flag created now starts with.
 	staleSet bool
