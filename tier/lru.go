@@ -84,7 +84,7 @@ type entry struct {
 	// before its fill returns it, and never changes after; fillHold is set
 	// on it while the reference its fill holds is not yet handed over.
 	transient, fillHold bool
-	promoting bool
+	promoting           bool
 	// staleSet is the value a stale flag created now starts with.
 	staleSet bool
 	// owned caches ownership.keepLocked's answer for ownership version
