@@ -51,7 +51,13 @@ func newJobsCmd(opts *cli.Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJobs(cmd.OutOrStdout(), js, asJSON)
+			if err := printJobs(cmd.OutOrStdout(), js, asJSON); err != nil {
+				return err
+			}
+			if j := js[0]; wait && j.State != control.JobDone { // so that `jobs ID --wait && train` waits for a done job
+				return fmt.Errorf("jobs: job %s %s: %s", j.ID, j.State, j.Error)
+			}
+			return nil
 		},
 	}
 	f := cmd.Flags()

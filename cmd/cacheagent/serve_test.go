@@ -79,6 +79,14 @@ func TestServeCLI(t *testing.T) {
 	if out, err := p.cli(t, "jobs", id, "--wait", "--json"); err != nil || !strings.Contains(out, `"state": "done"`) {
 		t.Errorf("jobs %s --wait: %q, %v; want it done", id, out, err)
 	}
+	// A job that fails: --wait exits non-zero, so `jobs ID --wait && train` does not train on a cold cache.
+	if out, err = p.cli(t, "prefetch", "gs://no-such-bucket/d/"); err != nil || !strings.HasPrefix(out, "job ") {
+		t.Fatalf("prefetch of a missing bucket without --wait: %q, %v; want a job id", out, err)
+	}
+	id = strings.TrimSuffix(strings.Fields(out)[1], ":")
+	if out, err := p.cli(t, "jobs", id, "--wait"); err == nil || !strings.Contains(out, "failed") {
+		t.Errorf("jobs %s --wait on a failing job: %q, %v; want it failed and an error", id, out, err)
+	}
 
 	// Standalone on the daemon's cache dir, with no daemon on its socket.
 	_, err = run(t, s.Endpoint(), p.cacheDir, "--socket", filepath.Join(t.TempDir(), "none.sock"), "status")

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -128,16 +129,22 @@ func (f *LoaderFlags) Resolve(ctx context.Context, src object.Source, records lo
 	return cfg, err
 }
 
-// readLimited reads a file of at most max bytes.
+// readLimited reads a file of at most max bytes (a device or a pipe too,
+// whose size says nothing, and a file growing meanwhile).
 func readLimited(path string, max int64) ([]byte, error) {
-	fi, err := os.Stat(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	if fi.Size() > max {
-		return nil, fmt.Errorf("%s: %d bytes; at most %d", path, fi.Size(), max)
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
 	}
-	return os.ReadFile(path)
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("%s: more than %d bytes", path, max)
+	}
+	return b, nil
 }
 
 // envInt returns the integer in the environment variable name, or 0.
