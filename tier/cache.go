@@ -47,8 +47,6 @@ type Cache struct {
 	// without idxMu (a sync needs no order with writes), and by Close to
 	// close it.
 	idxSyncMu sync.RWMutex
-	// punchWake asks the packer for a flush of punch (capacity 1).
-	punchWake chan struct{}
 	dls       *downloads     // downloads in flight, which promotions give way to
 	stop      chan struct{}  // closed by Close to stop the background goroutines
 	flushNow  chan struct{}  // asks the flusher for a flush now (capacity 1)
@@ -152,8 +150,7 @@ func open(ctx context.Context, s settings, base, hot *store) (*Cache, error) {
 		cancels: make(map[uint64]context.CancelCauseFunc),
 		entries: make(map[string]*entry), byID: make(map[fileID]*entry),
 		urgencies: make(map[fileID]*sharedUrgency), plans: newPlans(s.parallelism), dls: newDownloads(),
-		packQ:     make(chan *entry, maxPackGroup),
-		punchWake: make(chan struct{}, 1),
+		packQ: make(chan *entry, maxPackGroup),
 	}
 	base.plans = c.plans
 	base.cold = coldAccess{thawOld: c.thawOldLocked, refreeze: c.refreezeLocked, each: c.coldEachUnpinnedLocked,

@@ -31,7 +31,6 @@ func (c *Cache) Evict(ctx context.Context, bucket, prefix string) (EvictResult, 
 		return res, err
 	}
 	defer end()
-	defer c.flushPunches()
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("tier: evict: %w", err)
 	}

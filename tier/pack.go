@@ -136,9 +136,6 @@ func (c *Cache) packLoop() {
 		select {
 		case e := <-c.packQ:
 			group = append(group, e)
-		case <-c.punchWake:
-			c.flushPunches()
-			continue
 		case <-c.stop:
 			for {
 				select {
@@ -153,9 +150,6 @@ func (c *Cache) packLoop() {
 			}
 		}
 		c.commitGroup(c.gather(group))
-		if c.punch.queued() > 0 {
-			c.flushPunches()
-		}
 	}
 }
 
