@@ -30,23 +30,23 @@ func TestUnstageRefusesOtherDirectories(t *testing.T) {
 	}
 	staging := filepath.Join(ck, "staging")
 	for _, dir := range []string{staging + "/..", staging + "/.", staging + "/", staging + "//0a1b", staging + "/x/../0a1b"} {
-		req, err := http.NewRequest(http.MethodDelete, "http://x/v1/checkpoints/staging?dir="+url.QueryEscape(dir), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Errorf("DELETE staging?dir=%s: %d; want 400", dir, resp.StatusCode)
+		if code := unstage(t, hc, dir); code != http.StatusBadRequest {
+			t.Errorf("DELETE staging?dir=%s: %d; want 400", dir, code)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(ck, "saves", "x")); err != nil {
 		t.Errorf("the checkpoint store lost its saves: %v", err)
 	}
-	req, err := http.NewRequest(http.MethodDelete, "http://x/v1/checkpoints/staging?dir="+url.QueryEscape(filepath.Join(staging, "0a1b")), nil)
+	if code := unstage(t, hc, filepath.Join(staging, "0a1b")); code != http.StatusNoContent {
+		t.Errorf("DELETE of a staging directory: %d; want 204", code)
+	}
+}
+
+// unstage sends DELETE /v1/checkpoints/staging?dir=dir and returns the
+// answer's status.
+func unstage(t *testing.T, hc *http.Client, dir string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodDelete, "http://x/v1/checkpoints/staging?dir="+url.QueryEscape(dir), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,5 @@ func TestUnstageRefusesOtherDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusNoContent {
-		t.Errorf("DELETE of a staging directory: %d; want 204", resp.StatusCode)
-	}
+	return resp.StatusCode
 }

@@ -358,15 +358,10 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 		return nil, ErrClosed
 	}
 	c.mu.Lock()
-	old := c.entryLocked(e.key)
-	if old != nil && old.rec.gen > e.rec.gen {
-		c.transientLocked(e, reservation)
+	if _, kept := c.replacingLocked(e, reservation); !kept {
 		c.mu.Unlock()
 		c.idxMu.Unlock()
 		return e, nil
-	}
-	if old != nil { // pins outlive generations
-		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
 	}
 	c.mu.Unlock()
 	if err := c.idx.put(e.key, e.rec); err != nil {
@@ -394,6 +389,23 @@ func (c *Cache) commit(a object.Attrs, fi fs.FileInfo, reservation int64) (*entr
 	c.idxMu.Unlock()
 	c.removeFiles(dead)
 	return e, nil
+}
+
+// replacingLocked returns the entry new copy e replaces (nil if none),
+// with its pins carried over to e (pins outlive generations), and kept
+// true; or, if the cached generation is newer than e's, makes e a copy
+// outside the cache (transientLocked, taking reservation) and returns
+// kept false.
+func (c *Cache) replacingLocked(e *entry, reservation int64) (old *entry, kept bool) {
+	old = c.entryLocked(e.key)
+	if old != nil && old.rec.gen > e.rec.gen {
+		c.transientLocked(e, reservation)
+		return nil, false
+	}
+	if old != nil {
+		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin
+	}
+	return old, true
 }
 
 // transientLocked makes e, a fill of an older generation than the one

@@ -257,15 +257,13 @@ func (c *Cache) installPacked(a object.Attrs, seg *segment, off, blocks int64) (
 	e := newEntry(c.base, a, blocks, fileIdent{ino: seg.ino}, time.Now().UnixNano())
 	e.seg, e.rec.packed, e.rec.seg, e.rec.off = seg, true, seg.num, off
 	var dead, gone []*entry
-	old := c.entryLocked(e.key)
-	if old != nil && old.rec.gen > e.rec.gen {
-		c.transientLocked(e, blocks)
+	old, kept := c.replacingLocked(e, blocks)
+	if !kept {
 		c.mu.Unlock()
 		c.idxMu.Unlock()
 		return e, nil
 	}
 	if old != nil {
-		e.rec.pinned, e.rec.hotPin = old.rec.pinned, old.rec.hotPin // pins outlive generations
 		dead = c.dropLocked(old, false, dead)
 		gone = append(gone, old) // its record goes now: a crash keeps neither
 	}
